@@ -1,0 +1,246 @@
+//! The pipeline as a petgraph DAG: edges point from a dependency to its dependent.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use petgraph::Direction;
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+
+use crate::spec::{NodeId, NodeSpec, Origin, Pipeline};
+
+/// Why a set of node specs does not form a DAG.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GraphError {
+    #[error("node `{id}` is declared twice: at {first} and at {second}")]
+    Duplicate { id: NodeId, first: Origin, second: Origin },
+    #[error("node `{id}` (at {origin}) depends on `{missing}`, which no node declares")]
+    UnknownDep { id: NodeId, origin: Origin, missing: NodeId },
+    #[error("{}", describe_cycle(.0))]
+    Cycle(Vec<(NodeId, Origin)>),
+    #[error("target `{target}` names `{missing}`, which no node declares")]
+    UnknownTargetNode { target: String, missing: NodeId },
+}
+
+fn describe_cycle(members: &[(NodeId, Origin)]) -> String {
+    let mut text = String::from("dependency cycle through");
+    for (id, origin) in members {
+        text.push_str(&format!("\n  {id} (declared at {origin})"));
+    }
+    if let Some((first, _)) = members.first() {
+        let path: Vec<&str> = members.iter().map(|(id, _)| id.as_str()).collect();
+        text.push_str(&format!("\n  path: {} -> {first}", path.join(" -> ")));
+    }
+    text
+}
+
+/// A validated DAG over a pipeline's node specs.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    dag: DiGraph<NodeSpec, ()>,
+    by_id: HashMap<NodeId, NodeIndex>,
+    /// Node indices in a topological order (dependencies first), fixed at build time.
+    order: Vec<NodeIndex>,
+}
+
+impl Graph {
+    /// Builds the DAG, reporting every duplicate and unknown dependency, or every cycle.
+    pub fn build(nodes: Vec<NodeSpec>) -> Result<Graph, Vec<GraphError>> {
+        let mut errors = Vec::new();
+        let mut dag = DiGraph::with_capacity(nodes.len(), nodes.len());
+        let mut by_id: HashMap<NodeId, NodeIndex> = HashMap::with_capacity(nodes.len());
+        for spec in nodes {
+            if let Some(&existing) = by_id.get(&spec.id) {
+                let first: &NodeSpec = &dag[existing];
+                errors.push(GraphError::Duplicate {
+                    id: spec.id.clone(),
+                    first: first.origin.clone(),
+                    second: spec.origin.clone(),
+                });
+                continue;
+            }
+            let id = spec.id.clone();
+            let index = dag.add_node(spec);
+            by_id.insert(id, index);
+        }
+        let mut edges = Vec::new();
+        for index in dag.node_indices() {
+            let spec = &dag[index];
+            for dep in &spec.deps {
+                match by_id.get(dep) {
+                    Some(&from) => edges.push((from, index)),
+                    None => errors.push(GraphError::UnknownDep {
+                        id: spec.id.clone(),
+                        origin: spec.origin.clone(),
+                        missing: dep.clone(),
+                    }),
+                }
+            }
+        }
+        for (from, to) in edges {
+            dag.update_edge(from, to, ());
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        match toposort(&dag, None) {
+            Ok(order) => Ok(Graph { dag, by_id, order }),
+            Err(_) => Err(cycles(&dag)),
+        }
+    }
+
+    /// Builds the graph of a loaded pipeline and checks that every target names a node.
+    pub fn from_pipeline(pipeline: &Pipeline) -> Result<Graph, Vec<GraphError>> {
+        let graph = Graph::build(pipeline.nodes.clone())?;
+        let errors: Vec<GraphError> = pipeline
+            .targets
+            .iter()
+            .flat_map(|(target, ids)| {
+                ids.iter().filter(|id| !graph.by_id.contains_key(*id)).map(|id| {
+                    GraphError::UnknownTargetNode { target: target.clone(), missing: id.clone() }
+                })
+            })
+            .collect();
+        if errors.is_empty() { Ok(graph) } else { Err(errors) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.dag.node_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dag.node_count() == 0
+    }
+
+    pub fn index(&self, id: &str) -> Option<NodeIndex> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn spec(&self, index: NodeIndex) -> &NodeSpec {
+        &self.dag[index]
+    }
+
+    /// All nodes, dependencies before dependents.
+    pub fn topological(&self) -> &[NodeIndex] {
+        &self.order
+    }
+
+    pub fn dependencies(&self, index: NodeIndex) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.dag.neighbors_directed(index, Direction::Incoming)
+    }
+
+    pub fn dependents(&self, index: NodeIndex) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.dag.neighbors_directed(index, Direction::Outgoing)
+    }
+
+    /// The given nodes and everything they need, as a set of indices (iterative, so deep chains are fine).
+    pub fn closure(&self, roots: &[NodeIndex]) -> BTreeSet<NodeIndex> {
+        let mut seen: BTreeSet<NodeIndex> = BTreeSet::new();
+        let mut queue: VecDeque<NodeIndex> = roots.iter().copied().collect();
+        while let Some(index) = queue.pop_front() {
+            if seen.insert(index) {
+                queue.extend(self.dependencies(index));
+            }
+        }
+        seen
+    }
+
+    /// Graphviz text of the given nodes (all nodes when `only` is None).
+    pub fn to_dot(&self, only: Option<&BTreeSet<NodeIndex>>) -> String {
+        let keep = |i: NodeIndex| only.is_none_or(|set| set.contains(&i));
+        let mut out = String::from("digraph fracflow {\n  rankdir=LR;\n  node [shape=box];\n");
+        for &index in &self.order {
+            if keep(index) {
+                let spec = &self.dag[index];
+                out.push_str(&format!(
+                    "  {:?} [label={:?}];\n",
+                    spec.id,
+                    format!("{}\\n({})", spec.id, spec.kind)
+                ));
+            }
+        }
+        for edge in self.dag.raw_edges() {
+            if keep(edge.source()) && keep(edge.target()) {
+                out.push_str(&format!(
+                    "  {:?} -> {:?};\n",
+                    self.dag[edge.source()].id,
+                    self.dag[edge.target()].id
+                ));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    /// Mermaid flowchart text of the given nodes (all nodes when `only` is None).
+    pub fn to_mermaid(&self, only: Option<&BTreeSet<NodeIndex>>) -> String {
+        let keep = |i: NodeIndex| only.is_none_or(|set| set.contains(&i));
+        let mut out = String::from("flowchart LR\n");
+        for &index in &self.order {
+            if keep(index) {
+                let spec = &self.dag[index];
+                out.push_str(&format!(
+                    "  n{}[\"{} ({})\"]\n",
+                    index.index(),
+                    spec.id.replace('"', "'"),
+                    spec.kind
+                ));
+            }
+        }
+        for edge in self.dag.raw_edges() {
+            if keep(edge.source()) && keep(edge.target()) {
+                out.push_str(&format!("  n{} --> n{}\n", edge.source().index(), edge.target().index()));
+            }
+        }
+        out
+    }
+}
+
+/// Every cyclic strongly connected component, each as one concrete path through its members.
+fn cycles(dag: &DiGraph<NodeSpec, ()>) -> Vec<GraphError> {
+    let mut errors = Vec::new();
+    for component in tarjan_scc(dag) {
+        let is_cycle = component.len() > 1 || dag.contains_edge(component[0], component[0]);
+        if !is_cycle {
+            continue;
+        }
+        let members: BTreeSet<NodeIndex> = component.iter().copied().collect();
+        let start = *members.iter().next().unwrap_or(&component[0]);
+        let path = cycle_path(dag, start, &members);
+        errors.push(GraphError::Cycle(
+            path.into_iter().map(|i| (dag[i].id.clone(), dag[i].origin.clone())).collect(),
+        ));
+    }
+    errors
+}
+
+/// A shortest path from `start` back to itself inside one component (BFS with predecessors).
+fn cycle_path(
+    dag: &DiGraph<NodeSpec, ()>,
+    start: NodeIndex,
+    members: &BTreeSet<NodeIndex>,
+) -> Vec<NodeIndex> {
+    let mut previous: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+    let mut queue = VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        for next in dag.neighbors_directed(node, Direction::Outgoing) {
+            if !members.contains(&next) {
+                continue;
+            }
+            if next == start {
+                let mut path = vec![node];
+                let mut cursor = node;
+                while cursor != start {
+                    cursor = previous[&cursor];
+                    path.push(cursor);
+                }
+                path.reverse();
+                return path;
+            }
+            if next != start && !previous.contains_key(&next) {
+                previous.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    members.iter().copied().collect()
+}
