@@ -4,7 +4,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use petgraph::Direction;
 use petgraph::algo::{tarjan_scc, toposort};
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::graph::DiGraph;
+pub use petgraph::graph::NodeIndex;
 
 use crate::spec::{NodeId, NodeSpec, Origin, Pipeline};
 
@@ -12,9 +13,17 @@ use crate::spec::{NodeId, NodeSpec, Origin, Pipeline};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GraphError {
     #[error("node `{id}` is declared twice: at {first} and at {second}")]
-    Duplicate { id: NodeId, first: Origin, second: Origin },
+    Duplicate {
+        id: NodeId,
+        first: Origin,
+        second: Origin,
+    },
     #[error("node `{id}` (at {origin}) depends on `{missing}`, which no node declares")]
-    UnknownDep { id: NodeId, origin: Origin, missing: NodeId },
+    UnknownDep {
+        id: NodeId,
+        origin: Origin,
+        missing: NodeId,
+    },
     #[error("{}", describe_cycle(.0))]
     Cycle(Vec<(NodeId, Origin)>),
     #[error("target `{target}` names `{missing}`, which no node declares")]
@@ -95,12 +104,19 @@ impl Graph {
             .targets
             .iter()
             .flat_map(|(target, ids)| {
-                ids.iter().filter(|id| !graph.by_id.contains_key(*id)).map(|id| {
-                    GraphError::UnknownTargetNode { target: target.clone(), missing: id.clone() }
-                })
+                ids.iter()
+                    .filter(|id| !graph.by_id.contains_key(*id))
+                    .map(|id| GraphError::UnknownTargetNode {
+                        target: target.clone(),
+                        missing: id.clone(),
+                    })
             })
             .collect();
-        if errors.is_empty() { Ok(graph) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(graph)
+        } else {
+            Err(errors)
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -188,7 +204,11 @@ impl Graph {
         }
         for edge in self.dag.raw_edges() {
             if keep(edge.source()) && keep(edge.target()) {
-                out.push_str(&format!("  n{} --> n{}\n", edge.source().index(), edge.target().index()));
+                out.push_str(&format!(
+                    "  n{} --> n{}\n",
+                    edge.source().index(),
+                    edge.target().index()
+                ));
             }
         }
         out
@@ -207,7 +227,9 @@ fn cycles(dag: &DiGraph<NodeSpec, ()>) -> Vec<GraphError> {
         let start = *members.iter().next().unwrap_or(&component[0]);
         let path = cycle_path(dag, start, &members);
         errors.push(GraphError::Cycle(
-            path.into_iter().map(|i| (dag[i].id.clone(), dag[i].origin.clone())).collect(),
+            path.into_iter()
+                .map(|i| (dag[i].id.clone(), dag[i].origin.clone()))
+                .collect(),
         ));
     }
     errors

@@ -1,8 +1,23 @@
 //! fracflow's engine core: node specs, the DAG, fingerprints, the content-addressed cache and the scheduler —
 //! it knows no YAML, sockets or devices.
 
+pub mod cache;
+pub mod exec;
+pub mod fingerprint;
 pub mod graph;
+pub mod lock;
+pub mod plan;
+pub mod run;
+pub mod scheduler;
 pub mod spec;
+pub mod statcache;
 
+pub use cache::{Cache, CacheEntry};
+pub use exec::{Cancel, Executor, Job, KindInfo, Kinds, NodeError, Outcome};
+pub use fingerprint::{FieldChange, Fingerprint};
 pub use graph::{Graph, GraphError};
+pub use lock::{LockError, TestbedLock};
+pub use run::{RunDir, RunMeta};
+pub use scheduler::{Engine, Observer, RunOptions, RunSummary};
 pub use spec::{NodeId, NodeSpec, Origin, Pipeline, Resource};
+pub use statcache::StatCache;

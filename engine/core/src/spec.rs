@@ -36,9 +36,9 @@ pub enum Resource {
 impl Resource {
     /// Parses `device:NAME`, `host:NAME` or `cores:N`.
     pub fn parse(text: &str) -> Result<Resource, String> {
-        let (kind, value) = text
-            .split_once(':')
-            .ok_or_else(|| format!("resource `{text}` must look like device:NAME, host:NAME or cores:N"))?;
+        let (kind, value) = text.split_once(':').ok_or_else(|| {
+            format!("resource `{text}` must look like device:NAME, host:NAME or cores:N")
+        })?;
         if value.is_empty() {
             return Err(format!("resource `{text}` has an empty value"));
         }

@@ -1,1 +1,107 @@
-//! placeholder
+//! Node kinds of fracflow: one module per kind gluing tools to the core's `Executor` contract, and the one
+//! helper that spawns processes.
+
+pub mod command;
+pub mod process;
+
+use std::collections::BTreeMap;
+
+use fracflow_core::{Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
+
+/// Every kind this build knows, by name.
+pub struct Registry {
+    kinds: BTreeMap<&'static str, Box<dyn Executor>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.kinds.keys()).finish()
+    }
+}
+
+impl Registry {
+    /// The registry with every built-in kind.
+    pub fn builtin() -> Registry {
+        let mut kinds: BTreeMap<&'static str, Box<dyn Executor>> = BTreeMap::new();
+        kinds.insert("command", Box::new(command::CommandKind));
+        kinds.insert("group", Box::new(GroupKind));
+        Registry { kinds }
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.kinds.keys().copied()
+    }
+}
+
+impl Kinds for Registry {
+    fn executor(&self, kind: &str) -> Option<&dyn Executor> {
+        self.kinds.get(kind).map(|b| b.as_ref())
+    }
+}
+
+/// A node that only gathers its dependencies (a target's anchor); its result is their outputs' hashes.
+#[derive(Debug)]
+struct GroupKind;
+
+impl Executor for GroupKind {
+    fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        Ok(KindInfo {
+            version: 1,
+            tools: BTreeMap::new(),
+            cacheable: true,
+        })
+    }
+    fn describe(&self, spec: &NodeSpec) -> String {
+        format!("(group of {} nodes)", spec.deps.len())
+    }
+    fn execute(&self, _job: &fracflow_core::Job<'_>) -> Result<Outcome, NodeError> {
+        Ok(Outcome::default())
+    }
+}
+
+/// Facts about the machine and the project for the run manifest.
+pub mod host {
+    use std::path::Path;
+
+    use fracflow_core::run::RunMeta;
+
+    /// The machine's host name.
+    pub fn name() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_owned())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown-host".to_owned())
+    }
+
+    /// The project's git commit and whether its work tree has changes; None outside a git checkout.
+    pub fn git_state(root: &Path) -> Option<GitState> {
+        let commit = duct::cmd!("git", "rev-parse", "HEAD")
+            .dir(root)
+            .stderr_null()
+            .read()
+            .ok()?;
+        let status = duct::cmd!("git", "status", "--porcelain")
+            .dir(root)
+            .stderr_null()
+            .read()
+            .ok()?;
+        Some(GitState {
+            commit: commit.trim().to_owned(),
+            dirty: !status.trim().is_empty(),
+        })
+    }
+
+    /// Run facts for a run started with `command` on `testbed`.
+    pub fn run_meta(root: &Path, command: Vec<String>, testbed: &str) -> RunMeta {
+        RunMeta {
+            engine_version: env!("CARGO_PKG_VERSION").to_owned(),
+            command,
+            host: name(),
+            testbed: testbed.to_owned(),
+            git: git_state(root),
+        }
+    }
+
+    pub use fracflow_record::manifest::GitState;
+}

@@ -1,1 +1,12 @@
 //! On-disk formats of fracflow: run manifests, event lines, cache entries, and the atomic write they share.
+
+pub mod atomic;
+pub mod event;
+pub mod manifest;
+
+pub use atomic::{atomic_write, fsync_dir};
+pub use event::{Event, EventKind};
+pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
+
+/// Version of every format in this crate; bump it when a field changes meaning.
+pub const FORMAT_VERSION: u32 = 1;

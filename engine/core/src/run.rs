@@ -1,0 +1,250 @@
+//! A run's directory under `results/<pipeline>/<run-id>/`: manifest, events, logs and output views.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fracflow_record::{
+    Event, EventKind, FORMAT_VERSION, NodeRecord, NodeStatus, RunManifest, RunStatus, atomic_write,
+};
+
+use crate::cache::{Cache, CacheEntry};
+use crate::graph::Graph;
+
+/// Large pipelines rewrite the manifest at most this often; `events.jsonl` is appended for every node.
+const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
+/// Below this many nodes the manifest is rewritten after every node.
+const SMALL_PIPELINE: usize = 1000;
+
+/// Facts about the run that the engine cannot know by itself.
+#[derive(Debug, Clone)]
+pub struct RunMeta {
+    pub engine_version: String,
+    pub command: Vec<String>,
+    pub host: String,
+    pub testbed: String,
+    pub git: Option<fracflow_record::manifest::GitState>,
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// File-system-safe form of a node id (ids may hold `[`, `=` and `,`, which are fine; `/` is not).
+pub fn node_dir_name(id: &str) -> String {
+    id.replace('/', "_")
+}
+
+/// Writes one run's records. Every write is atomic or an append of whole lines.
+#[derive(Debug)]
+pub struct RunDir {
+    dir: PathBuf,
+    manifest: RunManifest,
+    events: File,
+    last_manifest_write: Instant,
+}
+
+impl RunDir {
+    /// Creates `results/<pipeline>/<run-id>/` (a fresh id) and points `latest` at it.
+    pub fn create(
+        results: &Path,
+        pipeline: &str,
+        meta: &RunMeta,
+        graph: &Graph,
+    ) -> io::Result<RunDir> {
+        let base = results.join(pipeline);
+        fs::create_dir_all(&base)?;
+        let stamp = chrono::Local::now().format("%Y-%m-%dT%H%M%S").to_string();
+        let mut run_id = stamp.clone();
+        let mut suffix = 1;
+        while base.join(&run_id).exists() {
+            suffix += 1;
+            run_id = format!("{stamp}-{suffix}");
+        }
+        let dir = base.join(&run_id);
+        fs::create_dir_all(dir.join("logs"))?;
+        let manifest = RunManifest {
+            format_version: FORMAT_VERSION,
+            engine_version: meta.engine_version.clone(),
+            pipeline: pipeline.to_owned(),
+            run_id: run_id.clone(),
+            command: meta.command.clone(),
+            host: meta.host.clone(),
+            testbed: meta.testbed.clone(),
+            git: meta.git.clone(),
+            started: now_rfc3339(),
+            resumed: Vec::new(),
+            finished: None,
+            status: RunStatus::Running,
+            params: graph
+                .topological()
+                .iter()
+                .map(|&i| {
+                    let spec = graph.spec(i);
+                    (
+                        spec.id.clone(),
+                        serde_json::json!({"point": spec.point, "config": spec.config}),
+                    )
+                })
+                .collect(),
+            nodes: BTreeMap::new(),
+        };
+        let run = RunDir::with_manifest(dir, manifest)?;
+        run.write_manifest()?;
+        point_latest(&base, &run_id)?;
+        Ok(run)
+    }
+
+    /// Continues writing into an existing run directory (`--resume RUN_DIR`).
+    pub fn resume(dir: &Path) -> io::Result<RunDir> {
+        let bytes = fs::read(dir.join("manifest.json"))?;
+        let mut manifest: RunManifest = serde_json::from_slice(&bytes).map_err(|e| {
+            io::Error::other(format!("{}: {e}", dir.join("manifest.json").display()))
+        })?;
+        manifest.resumed.push(now_rfc3339());
+        manifest.status = RunStatus::Running;
+        manifest.finished = None;
+        fs::create_dir_all(dir.join("logs"))?;
+        let run = RunDir::with_manifest(dir.to_owned(), manifest)?;
+        run.write_manifest()?;
+        Ok(run)
+    }
+
+    fn with_manifest(dir: PathBuf, manifest: RunManifest) -> io::Result<RunDir> {
+        let events = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("events.jsonl"))?;
+        Ok(RunDir {
+            dir,
+            manifest,
+            events,
+            last_manifest_write: Instant::now(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.manifest.run_id
+    }
+
+    pub fn manifest(&self) -> &RunManifest {
+        &self.manifest
+    }
+
+    pub fn log_path(&self, id: &str) -> PathBuf {
+        self.dir
+            .join("logs")
+            .join(format!("{}.log", node_dir_name(id)))
+    }
+
+    /// Where a finished node's outputs are visible to people and to its dependents.
+    pub fn outputs_dir(&self, id: &str) -> PathBuf {
+        self.dir.join("nodes").join(node_dir_name(id))
+    }
+
+    pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
+        self.manifest
+            .nodes
+            .entry(id.to_owned())
+            .or_insert_with(|| NodeRecord::pending(kind))
+    }
+
+    /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
+    pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
+        let event = Event {
+            at_ms: now_ms(),
+            kind,
+        };
+        let mut line = serde_json::to_vec(&event).map_err(io::Error::other)?;
+        line.push(b'\n');
+        self.events.write_all(&line)?;
+        Ok(event)
+    }
+
+    /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs).
+    pub fn publish(&mut self, cache: &Cache, entry: &CacheEntry) -> io::Result<()> {
+        let out = self.outputs_dir(&entry.node);
+        for (name, blob) in &entry.outputs {
+            link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
+        }
+        let log_name = format!("logs/{}.log", node_dir_name(&entry.node));
+        if let Some(log) = &entry.log {
+            let target = self.dir.join(&log_name);
+            if !target.exists() {
+                link_or_copy(&cache.blob_path(&log.hash), &target)?;
+            }
+        }
+        let record = self.record_mut(&entry.node, &entry.fingerprint.kind);
+        record.key = Some(entry.key.clone());
+        record.outputs = entry
+            .outputs
+            .iter()
+            .map(|(n, b)| (n.clone(), b.hash.clone()))
+            .collect();
+        record.metrics = entry.metrics.clone();
+        if entry.log.is_some() {
+            record.log = Some(log_name);
+        }
+        Ok(())
+    }
+
+    /// Rewrites the manifest now when the pipeline is small or the last write is old enough.
+    pub fn checkpoint(&mut self) -> io::Result<()> {
+        if self.manifest.nodes.len() < SMALL_PIPELINE
+            || self.last_manifest_write.elapsed() >= MANIFEST_INTERVAL
+        {
+            self.write_manifest()?;
+            self.last_manifest_write = Instant::now();
+        }
+        Ok(())
+    }
+
+    pub fn write_manifest(&self) -> io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(&self.manifest).map_err(io::Error::other)?;
+        atomic_write(&self.dir.join("manifest.json"), &bytes)
+    }
+
+    /// Records the final status and writes the manifest one last time.
+    pub fn finish(&mut self, status: RunStatus) -> io::Result<()> {
+        for record in self.manifest.nodes.values_mut() {
+            if matches!(record.status, NodeStatus::Pending | NodeStatus::Running) {
+                record.status = NodeStatus::Skipped;
+            }
+        }
+        self.manifest.status = status;
+        self.manifest.finished = Some(now_rfc3339());
+        self.events.sync_all()?;
+        self.write_manifest()
+    }
+}
+
+fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    if to.exists() {
+        fs::remove_file(to)?;
+    }
+    fs::hard_link(from, to).or_else(|_| fs::copy(from, to).map(|_| ()))
+}
+
+/// Replaces `<base>/latest` atomically: a new symlink under a temporary name, renamed over the old one.
+fn point_latest(base: &Path, run_id: &str) -> io::Result<()> {
+    let tmp = base.join(format!(".latest.{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(run_id, &tmp)?;
+    fs::rename(&tmp, base.join("latest"))
+}

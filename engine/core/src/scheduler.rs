@@ -1,0 +1,638 @@
+//! Runs the nodes a target needs: keys computed as dependencies finish, cache hits skipped, the rest run in
+//! parallel within the core budget and serialised on exclusive resources.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use petgraph::graph::NodeIndex;
+
+use fracflow_record::{EventKind, NodeStatus, RunStatus};
+
+use crate::cache::{Cache, CacheEntry};
+use crate::exec::{Cancel, Job, KindInfo, Kinds, NodeError, Outcome};
+use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
+use crate::graph::Graph;
+use crate::run::{RunDir, now_rfc3339};
+use crate::spec::{NodeSpec, Resource};
+use crate::statcache::StatCache;
+
+/// First wait before retrying a transient failure; doubled per attempt, capped at `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How a run is carried out.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Core budget: a node holds `cores:N` of it (1 when it declares none).
+    pub jobs: usize,
+    /// After a failure, go on with branches that do not depend on it.
+    pub keep_going: bool,
+    /// Node ids or glob patterns that run even when cached.
+    pub rerun: Vec<String>,
+    /// Testbed fields that enter every key.
+    pub testbed: BTreeMap<String, serde_json::Value>,
+}
+
+/// Everything the engine needs besides the graph.
+#[derive(Clone, Copy)]
+pub struct Engine<'a> {
+    pub root: &'a Path,
+    pub cache: &'a Cache,
+    pub stat: &'a StatCache,
+    pub kinds: &'a dyn Kinds,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("root", &self.root)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+/// Receives every event as it happens (the terminal reporter).
+pub trait Observer {
+    fn event(&mut self, event: &EventKind);
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    pub status: RunStatus,
+    pub built: usize,
+    pub cached: usize,
+    pub failed: Vec<(String, String)>,
+    pub skipped: usize,
+}
+
+fn matches_pattern(pattern: &str, id: &str) -> bool {
+    pattern == id || glob::Pattern::new(pattern).is_ok_and(|p| p.matches(id))
+}
+
+impl Engine<'_> {
+    /// The kind's contribution to a node's key.
+    pub fn kind_info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        let executor = self.kinds.executor(&spec.kind).ok_or_else(|| {
+            NodeError::permanent(format!(
+                "node `{}`: no executor for kind `{}`",
+                spec.id, spec.kind
+            ))
+        })?;
+        executor.info(spec)
+    }
+
+    /// The node's fingerprint, given its dependencies' output hashes.
+    pub fn fingerprint(
+        &self,
+        spec: &NodeSpec,
+        info: &KindInfo,
+        upstream: BTreeMap<String, String>,
+        testbed: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<Fingerprint, NodeError> {
+        let mut inputs = BTreeMap::new();
+        for path in &spec.inputs {
+            let hash = self.stat.hash(path).map_err(|e| {
+                NodeError::permanent(format!(
+                    "node `{}` (at {}): input file {}: {e}",
+                    spec.id,
+                    spec.origin,
+                    path.display()
+                ))
+            })?;
+            let shown = path.strip_prefix(self.root).unwrap_or(path);
+            inputs.insert(shown.to_string_lossy().into_owned(), hash);
+        }
+        Ok(Fingerprint {
+            version: FINGERPRINT_VERSION,
+            kind: spec.kind.clone(),
+            kind_version: info.version,
+            config: spec.config.clone(),
+            point: spec.point.clone(),
+            outputs: spec.outputs.clone(),
+            inputs,
+            upstream,
+            tools: info.tools.clone(),
+            // Only nodes that touch the testbed (a device or a host) depend on it: switching testbeds must
+            // not rebuild bitstreams.
+            testbed: if spec
+                .resources
+                .iter()
+                .any(|r| matches!(r, Resource::Device(_) | Resource::Host(_)))
+            {
+                testbed.clone()
+            } else {
+                BTreeMap::new()
+            },
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Waiting,
+    Ready,
+    Running,
+    Done(String),
+    Failed,
+    Skipped,
+}
+
+struct Finished {
+    index: NodeIndex,
+    result: Result<CacheEntry, NodeError>,
+    seconds: f64,
+}
+
+/// Runs `targets` (and everything they need) to completion, failure or interruption.
+pub fn run(
+    engine: Engine<'_>,
+    graph: &Graph,
+    targets: &[NodeIndex],
+    options: &RunOptions,
+    run_dir: &mut RunDir,
+    observer: &mut dyn Observer,
+    cancel: &Cancel,
+) -> std::io::Result<RunSummary> {
+    let started = Instant::now();
+    let selected = graph.closure(targets);
+    let position: HashMap<NodeIndex, usize> = graph
+        .topological()
+        .iter()
+        .enumerate()
+        .map(|(p, &i)| (i, p))
+        .collect();
+    let mut state: HashMap<NodeIndex, State> =
+        selected.iter().map(|&i| (i, State::Waiting)).collect();
+    let mut waiting_on: HashMap<NodeIndex, usize> = selected
+        .iter()
+        .map(|&i| (i, graph.dependencies(i).count()))
+        .collect();
+    let mut ready: BTreeSet<(usize, NodeIndex)> = BTreeSet::new();
+    for &index in &selected {
+        if waiting_on[&index] == 0 {
+            ready.insert((position[&index], index));
+        }
+        let spec = graph.spec(index);
+        run_dir.record_mut(&spec.id, &spec.kind);
+    }
+    let mut emit = |run_dir: &mut RunDir,
+                    observer: &mut dyn Observer,
+                    kind: EventKind|
+     -> std::io::Result<()> {
+        observer.event(&kind);
+        run_dir.event(kind).map(|_| ())
+    };
+    emit(
+        run_dir,
+        observer,
+        EventKind::RunStarted {
+            pipeline: run_dir.manifest().pipeline.clone(),
+            run_id: run_dir.run_id().to_owned(),
+            nodes: selected.len(),
+            testbed: run_dir.manifest().testbed.clone(),
+        },
+    )?;
+
+    let budget = options.jobs.max(1);
+    let mut cores_in_use = 0usize;
+    let mut held: HashSet<Resource> = HashSet::new();
+    let mut running = 0usize;
+    let mut summary = RunSummary {
+        status: RunStatus::Succeeded,
+        built: 0,
+        cached: 0,
+        failed: Vec::new(),
+        skipped: 0,
+    };
+    let mut stop_launching = false;
+    let (sender, receiver) = mpsc::channel::<Finished>();
+
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        loop {
+            if cancel.is_cancelled() {
+                stop_launching = true;
+            }
+            // Launch or resolve from the cache every ready node that fits.
+            if !stop_launching {
+                let mut launched_any = true;
+                while launched_any {
+                    launched_any = false;
+                    let candidates: Vec<(usize, NodeIndex)> = ready.iter().copied().collect();
+                    for (pos, index) in candidates {
+                        if cancel.is_cancelled() || stop_launching {
+                            break;
+                        }
+                        let spec = graph.spec(index);
+                        let cores = node_cores(spec, budget);
+                        if running > 0 && (cores_in_use + cores > budget || conflicts(spec, &held))
+                        {
+                            continue;
+                        }
+                        ready.remove(&(pos, index));
+                        let upstream: BTreeMap<String, String> = graph
+                            .dependencies(index)
+                            .filter_map(|d| match &state[&d] {
+                                State::Done(hash) => Some((graph.spec(d).id.clone(), hash.clone())),
+                                _ => None,
+                            })
+                            .collect();
+                        let prepared = engine.kind_info(spec).and_then(|info| {
+                            engine
+                                .fingerprint(spec, &info, upstream, &options.testbed)
+                                .map(|f| (info, f))
+                        });
+                        let (info, fingerprint) = match prepared {
+                            Ok(pair) => pair,
+                            Err(error) => {
+                                fail(
+                                    graph,
+                                    index,
+                                    &error,
+                                    &mut state,
+                                    run_dir,
+                                    &mut summary,
+                                    observer,
+                                    &mut emit,
+                                )?;
+                                if !options.keep_going {
+                                    stop_launching = true;
+                                }
+                                launched_any = true;
+                                break;
+                            }
+                        };
+                        let key = fingerprint.key();
+                        let forced = options.rerun.iter().any(|p| matches_pattern(p, &spec.id));
+                        if info.cacheable
+                            && !forced
+                            && let Some(entry) = engine.cache.get(&key)
+                        {
+                            run_dir.publish(engine.cache, &entry)?;
+                            let record = run_dir.record_mut(&spec.id, &spec.kind);
+                            record.status = NodeStatus::Cached;
+                            record.seconds = Some(entry.seconds);
+                            emit(
+                                run_dir,
+                                observer,
+                                EventKind::NodeCached {
+                                    node: spec.id.clone(),
+                                    key,
+                                },
+                            )?;
+                            complete(
+                                graph,
+                                index,
+                                entry.output_hash,
+                                &mut state,
+                                &mut waiting_on,
+                                &mut ready,
+                                &position,
+                            );
+                            summary.cached += 1;
+                            run_dir.checkpoint()?;
+                            launched_any = true;
+                            continue;
+                        }
+                        // Run it.
+                        state.insert(index, State::Running);
+                        running += 1;
+                        cores_in_use += cores;
+                        held.extend(exclusive(spec));
+                        let record = run_dir.record_mut(&spec.id, &spec.kind);
+                        record.status = NodeStatus::Running;
+                        record.key = Some(key.clone());
+                        record.started = Some(now_rfc3339());
+                        record.log =
+                            Some(format!("logs/{}.log", crate::run::node_dir_name(&spec.id)));
+                        emit(
+                            run_dir,
+                            observer,
+                            EventKind::NodeStarted {
+                                node: spec.id.clone(),
+                                key,
+                                attempt: 0,
+                            },
+                        )?;
+                        let inputs: BTreeMap<String, PathBuf> = graph
+                            .dependencies(index)
+                            .map(|d| {
+                                let id = graph.spec(d).id.clone();
+                                let dir = run_dir.outputs_dir(&id);
+                                (id, dir)
+                            })
+                            .collect();
+                        let log = run_dir.log_path(&spec.id);
+                        let sender = sender.clone();
+                        let cancel = cancel.clone();
+                        scope.spawn(move || {
+                            let started = Instant::now();
+                            let result = execute_with_retries(
+                                engine,
+                                spec,
+                                &fingerprint,
+                                &inputs,
+                                &log,
+                                &cancel,
+                            );
+                            let _ = sender.send(Finished {
+                                index,
+                                result,
+                                seconds: started.elapsed().as_secs_f64(),
+                            });
+                        });
+                        launched_any = true;
+                    }
+                }
+            }
+            if running == 0 {
+                break;
+            }
+            let finished = match receiver.recv_timeout(Duration::from_millis(100)) {
+                Ok(finished) => finished,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let spec = graph.spec(finished.index);
+            running -= 1;
+            cores_in_use -= node_cores(spec, budget);
+            for resource in exclusive(spec) {
+                held.remove(&resource);
+            }
+            match finished.result {
+                Ok(entry) => {
+                    run_dir.publish(engine.cache, &entry)?;
+                    let record = run_dir.record_mut(&spec.id, &spec.kind);
+                    record.status = NodeStatus::Built;
+                    record.seconds = Some(finished.seconds);
+                    emit(
+                        run_dir,
+                        observer,
+                        EventKind::NodeFinished {
+                            node: spec.id.clone(),
+                            key: entry.key.clone(),
+                            seconds: finished.seconds,
+                            output_hash: entry.output_hash.clone(),
+                        },
+                    )?;
+                    summary.built += 1;
+                    complete(
+                        graph,
+                        finished.index,
+                        entry.output_hash,
+                        &mut state,
+                        &mut waiting_on,
+                        &mut ready,
+                        &position,
+                    );
+                }
+                Err(error) => {
+                    fail(
+                        graph,
+                        finished.index,
+                        &error,
+                        &mut state,
+                        run_dir,
+                        &mut summary,
+                        observer,
+                        &mut emit,
+                    )?;
+                    if !options.keep_going {
+                        stop_launching = true;
+                    }
+                }
+            }
+            run_dir.checkpoint()?;
+        }
+        Ok(())
+    })?;
+
+    // Whatever never ran was skipped: by a failure, or by an interruption.
+    let reason = if cancel.is_cancelled() {
+        "run interrupted"
+    } else {
+        "run stopped after a failure"
+    };
+    let mut leftover: Vec<NodeIndex> = state
+        .iter()
+        .filter(|(_, s)| matches!(s, State::Waiting | State::Ready))
+        .map(|(&i, _)| i)
+        .collect();
+    leftover.sort_by_key(|i| position[i]);
+    for index in leftover {
+        let spec = graph.spec(index);
+        run_dir.record_mut(&spec.id, &spec.kind).status = NodeStatus::Skipped;
+        emit(
+            run_dir,
+            observer,
+            EventKind::NodeSkipped {
+                node: spec.id.clone(),
+                reason: reason.to_owned(),
+            },
+        )?;
+    }
+    summary.skipped = state
+        .values()
+        .filter(|s| matches!(s, State::Skipped | State::Waiting | State::Ready))
+        .count();
+    summary.status = if cancel.is_cancelled() {
+        RunStatus::Interrupted
+    } else if summary.failed.is_empty() {
+        RunStatus::Succeeded
+    } else {
+        RunStatus::Failed
+    };
+    let status_text = match summary.status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Running => "running",
+    };
+    emit(
+        run_dir,
+        observer,
+        EventKind::RunFinished {
+            status: status_text.to_owned(),
+            seconds: started.elapsed().as_secs_f64(),
+        },
+    )?;
+    engine.stat.save()?;
+    run_dir.finish(summary.status)?;
+    Ok(summary)
+}
+
+fn node_cores(spec: &NodeSpec, budget: usize) -> usize {
+    let declared = spec
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Cores(n) => Some(*n as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1);
+    // A node asking for more than the budget runs alone rather than never.
+    declared.min(budget)
+}
+
+fn exclusive(spec: &NodeSpec) -> impl Iterator<Item = Resource> + '_ {
+    spec.resources
+        .iter()
+        .filter(|r| !matches!(r, Resource::Cores(_)))
+        .cloned()
+}
+
+fn conflicts(spec: &NodeSpec, held: &HashSet<Resource>) -> bool {
+    exclusive(spec).any(|r| held.contains(&r))
+}
+
+fn complete(
+    graph: &Graph,
+    index: NodeIndex,
+    output_hash: String,
+    state: &mut HashMap<NodeIndex, State>,
+    waiting_on: &mut HashMap<NodeIndex, usize>,
+    ready: &mut BTreeSet<(usize, NodeIndex)>,
+    position: &HashMap<NodeIndex, usize>,
+) {
+    state.insert(index, State::Done(output_hash));
+    for dependent in graph.dependents(index) {
+        if let Some(count) = waiting_on.get_mut(&dependent) {
+            *count -= 1;
+            if *count == 0 && state.get(&dependent) == Some(&State::Waiting) {
+                state.insert(dependent, State::Ready);
+                ready.insert((position[&dependent], dependent));
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fail(
+    graph: &Graph,
+    index: NodeIndex,
+    error: &NodeError,
+    state: &mut HashMap<NodeIndex, State>,
+    run_dir: &mut RunDir,
+    summary: &mut RunSummary,
+    observer: &mut dyn Observer,
+    emit: &mut impl FnMut(&mut RunDir, &mut dyn Observer, EventKind) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let spec = graph.spec(index);
+    state.insert(index, State::Failed);
+    let record = run_dir.record_mut(&spec.id, &spec.kind);
+    record.status = NodeStatus::Failed;
+    record.error = Some(error.message.clone());
+    summary
+        .failed
+        .push((spec.id.clone(), error.message.clone()));
+    emit(
+        run_dir,
+        observer,
+        EventKind::NodeFailed {
+            node: spec.id.clone(),
+            error: error.message.clone(),
+        },
+    )?;
+    // Everything downstream can no longer run.
+    let mut stack: Vec<NodeIndex> = graph.dependents(index).collect();
+    while let Some(dependent) = stack.pop() {
+        if matches!(state.get(&dependent), Some(State::Waiting | State::Ready)) {
+            state.insert(dependent, State::Skipped);
+            let dep_spec = graph.spec(dependent);
+            run_dir.record_mut(&dep_spec.id, &dep_spec.kind).status = NodeStatus::Skipped;
+            emit(
+                run_dir,
+                observer,
+                EventKind::NodeSkipped {
+                    node: dep_spec.id.clone(),
+                    reason: format!("dependency `{}` failed", spec.id),
+                },
+            )?;
+            stack.extend(graph.dependents(dependent));
+        }
+    }
+    Ok(())
+}
+
+/// One node's attempts: each in a fresh staging directory, published to the cache only on success.
+fn execute_with_retries(
+    engine: Engine<'_>,
+    spec: &NodeSpec,
+    fingerprint: &Fingerprint,
+    inputs: &BTreeMap<String, PathBuf>,
+    log: &Path,
+    cancel: &Cancel,
+) -> Result<CacheEntry, NodeError> {
+    let executor = engine
+        .kinds
+        .executor(&spec.kind)
+        .ok_or_else(|| NodeError::permanent(format!("no executor for kind `{}`", spec.kind)))?;
+    let io = |e: std::io::Error| NodeError::permanent(format!("node `{}`: {e}", spec.id));
+    if let Some(parent) = log.parent() {
+        fs::create_dir_all(parent).map_err(io)?;
+    }
+    fs::write(log, b"").map_err(io)?;
+    let mut attempt = 0;
+    loop {
+        let staging = engine.cache.staging_dir(&spec.id).map_err(io)?;
+        let started = Instant::now();
+        let job = Job {
+            spec,
+            root: engine.root,
+            out_dir: &staging,
+            inputs,
+            log,
+            cancel,
+            attempt,
+        };
+        let result: Result<Outcome, NodeError> = executor.execute(&job);
+        let published = result.and_then(|outcome| {
+            engine
+                .cache
+                .put(
+                    &spec.id,
+                    fingerprint,
+                    &staging,
+                    &spec.outputs,
+                    outcome.metrics,
+                    Some(log),
+                    started.elapsed().as_secs_f64(),
+                    now_rfc3339(),
+                )
+                .map_err(|e| NodeError::permanent(format!("storing outputs of `{}`: {e}", spec.id)))
+        });
+        let _ = fs::remove_dir_all(&staging);
+        match published {
+            Ok(entry) => return Ok(entry),
+            Err(error) if error.transient && attempt < spec.retries && !cancel.is_cancelled() => {
+                let backoff = FIRST_BACKOFF
+                    .saturating_mul(1 << attempt.min(16))
+                    .min(MAX_BACKOFF);
+                append_log(
+                    log,
+                    &format!(
+                        "fracflow: attempt {} failed ({error}); retrying in {backoff:?}\n",
+                        attempt + 1
+                    ),
+                );
+                let deadline = Instant::now() + backoff;
+                while Instant::now() < deadline && !cancel.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn append_log(log: &Path, text: &str) {
+    use std::io::Write;
+    if let Ok(mut file) = fs::OpenOptions::new().append(true).open(log) {
+        let _ = file.write_all(text.as_bytes());
+    }
+}

@@ -1,0 +1,293 @@
+//! Engine behaviour over in-memory kinds: the incremental oracle, early cutoff, transient retries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use fracflow_core::run::RunMeta;
+use fracflow_core::{
+    Cache, Cancel, Engine, Executor, Graph, Job, KindInfo, Kinds, NodeError, NodeSpec, Observer,
+    Origin, Outcome, RunDir, RunOptions, StatCache,
+};
+use fracflow_record::{EventKind, RunStatus};
+use proptest::prelude::*;
+
+/// Output = blake3(own `value` + each dependency's `out`), or only `value` when `constant` (early cutoff);
+/// `flaky: N` fails transiently on the first N attempts.
+#[derive(Default)]
+struct Pure {
+    executed: Mutex<Vec<String>>,
+}
+
+impl Executor for Pure {
+    fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        Ok(KindInfo {
+            version: 1,
+            tools: BTreeMap::new(),
+            cacheable: true,
+        })
+    }
+    fn describe(&self, spec: &NodeSpec) -> String {
+        format!("pure {}", spec.id)
+    }
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        self.executed
+            .lock()
+            .map_err(|e| NodeError::permanent(e.to_string()))?
+            .push(job.spec.id.clone());
+        let flaky = job
+            .spec
+            .config
+            .get("flaky")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        if u64::from(job.attempt) < flaky {
+            return Err(NodeError::transient("flaky"));
+        }
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(job.spec.config["value"].to_string().as_bytes());
+        for path in &job.spec.inputs {
+            hasher.update(&std::fs::read(path).map_err(|e| NodeError::permanent(e.to_string()))?);
+        }
+        if job.spec.config.get("constant").is_none() {
+            for dir in job.inputs.values() {
+                let bytes = std::fs::read(dir.join("out"))
+                    .map_err(|e| NodeError::permanent(e.to_string()))?;
+                hasher.update(&bytes);
+            }
+        }
+        std::fs::write(
+            job.out_dir.join("out"),
+            hasher.finalize().to_hex().as_bytes(),
+        )
+        .map_err(|e| NodeError::permanent(e.to_string()))?;
+        Ok(Outcome::default())
+    }
+}
+
+impl Kinds for Pure {
+    fn executor(&self, kind: &str) -> Option<&dyn Executor> {
+        (kind == "pure").then_some(self as &dyn Executor)
+    }
+}
+
+struct Quiet;
+impl Observer for Quiet {
+    fn event(&mut self, _event: &EventKind) {}
+}
+
+fn node(id: &str, deps: &[String], value: u64, inputs: Vec<PathBuf>) -> NodeSpec {
+    NodeSpec {
+        id: id.to_owned(),
+        name: id.to_owned(),
+        kind: "pure".into(),
+        config: BTreeMap::from([("value".to_owned(), serde_json::json!(value))]),
+        point: BTreeMap::new(),
+        deps: deps.to_vec(),
+        inputs,
+        outputs: vec!["out".into()],
+        resources: Vec::new(),
+        retries: 0,
+        timeout: None,
+        estimate: None,
+        origin: Origin::default(),
+    }
+}
+
+/// Runs every node of `nodes` with the cache at `cache_dir`; returns the executed ids and each node's output.
+fn run_all(
+    root: &Path,
+    cache_dir: &Path,
+    nodes: &[NodeSpec],
+) -> (Vec<String>, BTreeMap<String, String>) {
+    let graph = Graph::build(nodes.to_vec()).expect("valid graph");
+    let cache = Cache::open(cache_dir).expect("cache");
+    let stat = StatCache::load(&cache.stat_cache_file());
+    let kinds = Pure::default();
+    let engine = Engine {
+        root,
+        cache: &cache,
+        stat: &stat,
+        kinds: &kinds,
+    };
+    let meta = RunMeta {
+        engine_version: "test".into(),
+        command: vec![],
+        host: "test".into(),
+        testbed: "none".into(),
+        git: None,
+    };
+    let mut run_dir =
+        RunDir::create(&root.join("results"), "oracle", &meta, &graph).expect("run dir");
+    let options = RunOptions {
+        jobs: 2,
+        keep_going: false,
+        rerun: vec![],
+        testbed: BTreeMap::new(),
+    };
+    let summary = fracflow_core::scheduler::run(
+        engine,
+        &graph,
+        graph.topological(),
+        &options,
+        &mut run_dir,
+        &mut Quiet,
+        &Cancel::new(),
+    )
+    .expect("run");
+    assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
+    let outputs = nodes
+        .iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(run_dir.outputs_dir(&n.id).join("out"))
+                .expect("published output");
+            (n.id.clone(), text)
+        })
+        .collect();
+    let executed = kinds.executed.into_inner().expect("lock");
+    (executed, outputs)
+}
+
+/// Every node reachable downstream from `edited` (inclusive).
+fn downstream(nodes: &[NodeSpec], edited: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut dependents: HashMap<&str, Vec<&str>> = HashMap::new();
+    for n in nodes {
+        for d in &n.deps {
+            dependents.entry(d.as_str()).or_default().push(&n.id);
+        }
+    }
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut stack: Vec<&str> = edited.iter().map(String::as_str).collect();
+    while let Some(id) = stack.pop() {
+        if seen.insert(id.to_owned()) {
+            stack.extend(dependents.get(id).into_iter().flatten().copied());
+        }
+    }
+    seen
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    /// For each node, the indices (< its own) it depends on.
+    deps: Vec<Vec<usize>>,
+    /// Nodes whose `value` changes in the edit.
+    edit_values: Vec<usize>,
+    /// Nodes whose input file changes in the edit.
+    edit_files: Vec<usize>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (2usize..18).prop_flat_map(|n| {
+        let deps = (0..n)
+            .map(|i| {
+                proptest::collection::vec(0..i.max(1), 0..=i.min(3))
+                    .prop_map(move |v| if i == 0 { vec![] } else { v })
+            })
+            .collect::<Vec<_>>();
+        (
+            deps,
+            proptest::collection::vec(0..n, 0..3),
+            proptest::collection::vec(0..n, 0..3),
+        )
+            .prop_map(|(deps, edit_values, edit_files)| Case {
+                deps,
+                edit_values,
+                edit_files,
+            })
+    })
+}
+
+fn build_nodes(root: &Path, case: &Case, bump: &BTreeSet<usize>) -> Vec<NodeSpec> {
+    case.deps
+        .iter()
+        .enumerate()
+        .map(|(i, deps)| {
+            let mut deps: Vec<String> = deps.iter().map(|d| format!("n{d}")).collect();
+            deps.sort();
+            deps.dedup();
+            let value = if bump.contains(&i) {
+                1000 + i as u64
+            } else {
+                i as u64
+            };
+            node(
+                &format!("n{i}"),
+                &deps,
+                value,
+                vec![root.join(format!("input{i}.txt"))],
+            )
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// An incremental run after random edits gives a clean rebuild's outputs, and re-runs only what is
+    /// downstream of an edit.
+    #[test]
+    fn incremental_equals_clean_and_reruns_only_downstream(case in case()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for i in 0..case.deps.len() {
+            std::fs::write(root.join(format!("input{i}.txt")), format!("input {i}")).expect("write input");
+        }
+        let before = build_nodes(root, &case, &BTreeSet::new());
+        let (first, _) = run_all(root, &root.join("cache"), &before);
+        prop_assert_eq!(first.len(), before.len());
+
+        let bumped: BTreeSet<usize> = case.edit_values.iter().copied().collect();
+        for &i in &case.edit_files {
+            std::fs::write(root.join(format!("input{i}.txt")), format!("edited input {i}, longer")).expect("edit");
+        }
+        let after = build_nodes(root, &case, &bumped);
+        let (incremental, outputs) = run_all(root, &root.join("cache"), &after);
+        let (_, clean) = run_all(root, &root.join("clean-cache"), &after);
+        prop_assert_eq!(&outputs, &clean);
+
+        let edited: BTreeSet<String> =
+            case.edit_values.iter().chain(&case.edit_files).map(|i| format!("n{i}")).collect();
+        let allowed = downstream(&after, &edited);
+        for id in &incremental {
+            prop_assert!(allowed.contains(id), "{} re-ran but is not downstream of {:?}", id, edited);
+        }
+        for id in &edited {
+            prop_assert!(incremental.contains(id), "edited node {} did not re-run", id);
+        }
+    }
+}
+
+#[test]
+fn equal_outputs_cut_off_downstream_rebuilds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    // a → b (ignores a's output) → c. Changing a re-runs a and b; b's output is unchanged, so c is a hit.
+    let make = |a_value: u64| {
+        let mut b = node("b", &["a".to_owned()], 2, vec![]);
+        b.config.insert("constant".into(), serde_json::json!(true));
+        vec![
+            node("a", &[], a_value, vec![]),
+            b,
+            node("c", &["b".to_owned()], 3, vec![]),
+        ]
+    };
+    let (first, _) = run_all(root, &root.join("cache"), &make(1));
+    assert_eq!(first.len(), 3);
+    let (second, _) = run_all(root, &root.join("cache"), &make(2));
+    let second: BTreeSet<String> = second.into_iter().collect();
+    assert_eq!(second, BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+}
+
+#[test]
+fn transient_failures_are_retried_and_only_success_is_cached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let mut flaky = node("flaky", &[], 1, vec![]);
+    flaky.config.insert("flaky".into(), serde_json::json!(2));
+    flaky.retries = 2;
+    let (executed, outputs) = run_all(root, &root.join("cache"), std::slice::from_ref(&flaky));
+    assert_eq!(executed.len(), 3, "two transient failures, then success");
+    assert!(outputs.contains_key("flaky"));
+    let (again, _) = run_all(root, &root.join("cache"), &[flaky]);
+    assert!(again.is_empty(), "the success was cached");
+}

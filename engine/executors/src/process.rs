@@ -1,0 +1,137 @@
+//! The one place fracflow starts processes: own process group, dies with the engine, output to the node's log,
+//! timeout and cancellation with SIGINT → SIGTERM → SIGKILL escalation.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fracflow_core::Cancel;
+
+/// Grace periods between the stop signals, as the artifact's `run.py` uses them.
+#[derive(Debug, Clone, Copy)]
+pub struct Grace {
+    pub after_interrupt: Duration,
+    pub after_terminate: Duration,
+}
+
+impl Default for Grace {
+    fn default() -> Grace {
+        Grace {
+            after_interrupt: Duration::from_secs(20),
+            after_terminate: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How often a waiting node looks at its cancel flag; the child's exit itself wakes the wait at once.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// How a finished process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut,
+    Cancelled,
+}
+
+/// A process to run.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    /// stdout goes here; stderr goes to `log`.
+    pub stdout: PathBuf,
+    pub log: PathBuf,
+    pub timeout: Option<Duration>,
+    pub grace: Grace,
+}
+
+fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Runs the process to its end, a timeout or cancellation; never leaves it running.
+pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Ending> {
+    let mut expression = duct::cmd(&spawn.program, &spawn.args)
+        .dir(&spawn.cwd)
+        .stdin_null()
+        .stdout_file(append(&spawn.stdout)?)
+        .stderr_file(append(&spawn.log)?)
+        .unchecked();
+    for (key, value) in &spawn.env {
+        expression = expression.env(key, value);
+    }
+    let expression = expression.before_spawn(|command| {
+        // Own process group: stop signals reach a whole pipeline, and a terminal's Ctrl-C reaches it only
+        // through us, so the escalation below is the one policy.
+        command.process_group(0);
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the child when the thread
+        // that spawned it dies, so a SIGKILLed engine leaves no orphan writing into the cache.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    });
+    let handle = expression.start()?;
+    let started = Instant::now();
+    loop {
+        if let Some(output) = handle.wait_timeout(CANCEL_POLL)? {
+            return Ok(ending_of(output.status));
+        }
+        let timed_out = spawn
+            .timeout
+            .is_some_and(|limit| started.elapsed() >= limit);
+        if timed_out || cancel.is_cancelled() {
+            let pids = handle.pids();
+            stop_group(&pids, spawn.grace, &handle)?;
+            return Ok(if timed_out {
+                Ending::TimedOut
+            } else {
+                Ending::Cancelled
+            });
+        }
+    }
+}
+
+fn ending_of(status: std::process::ExitStatus) -> Ending {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ending::Exited(code),
+        (None, Some(signal)) => Ending::Signalled(signal),
+        (None, None) => Ending::Exited(-1),
+    }
+}
+
+/// SIGINT, then SIGTERM, then SIGKILL to the children's process groups, each after its grace period.
+fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<()> {
+    let signal_all = |signal: i32| {
+        for &pid in pids {
+            // SAFETY: killpg only sends a signal; the group id is our own child's (process_group(0) above).
+            unsafe {
+                libc::killpg(pid as libc::pid_t, signal);
+            }
+        }
+    };
+    for (signal, wait) in [
+        (libc::SIGINT, grace.after_interrupt),
+        (libc::SIGTERM, grace.after_terminate),
+    ] {
+        signal_all(signal);
+        if handle.wait_timeout(wait)?.is_some() {
+            return Ok(());
+        }
+    }
+    signal_all(libc::SIGKILL);
+    handle.wait()?;
+    Ok(())
+}

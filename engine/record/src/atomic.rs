@@ -1,0 +1,56 @@
+//! Publishing a file so that a kill at any instant leaves the old content or the new, never a torn file.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} has no file name", path.display()),
+        )
+    })?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".{}.part", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        fsync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Makes a rename or create inside `dir` durable across power loss.
+pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_content_and_leaves_no_temporary() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("a.json");
+        atomic_write(&path, b"one")?;
+        atomic_write(&path, b"two")?;
+        assert_eq!(fs::read(&path)?, b"two");
+        let names: Vec<_> = fs::read_dir(dir.path())?.collect::<Result<_, _>>()?;
+        assert_eq!(names.len(), 1, "only the published file remains");
+        Ok(())
+    }
+}

@@ -1,0 +1,98 @@
+//! `results/<pipeline>/<run-id>/manifest.json`: what a run did, rewritten after every node.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    Pending,
+    Running,
+    /// Finished in this run and stored in the cache.
+    Built,
+    /// Taken from the cache without running.
+    Cached,
+    Failed,
+    /// Not run because a dependency failed or the run was interrupted.
+    Skipped,
+}
+
+/// One node's entry in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub kind: String,
+    pub status: NodeStatus,
+    /// The node's cache key, once its dependencies are known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Output file name → blob hash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Log file relative to the run directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+}
+
+impl NodeRecord {
+    pub fn pending(kind: &str) -> NodeRecord {
+        NodeRecord {
+            kind: kind.to_owned(),
+            status: NodeStatus::Pending,
+            key: None,
+            started: None,
+            seconds: None,
+            outputs: BTreeMap::new(),
+            metrics: BTreeMap::new(),
+            error: None,
+            log: None,
+        }
+    }
+}
+
+/// Where the project's sources stood when the run started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitState {
+    pub commit: String,
+    pub dirty: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub format_version: u32,
+    pub engine_version: String,
+    pub pipeline: String,
+    pub run_id: String,
+    /// The command line that started the run.
+    pub command: Vec<String>,
+    pub host: String,
+    pub testbed: String,
+    pub git: Option<GitState>,
+    pub started: String,
+    /// Times this run directory was continued with `--resume`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
+    pub status: RunStatus,
+    /// Resolved parameters of every node, by node id.
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub nodes: BTreeMap<String, NodeRecord>,
+}
