@@ -1,0 +1,559 @@
+//! Expansion: each validated node becomes one spec per instance, its templates filled in with that instance's
+//! sweep point, its inputs found on disk, and its dependencies matched on shared sweep keys.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use fracflow_core::{NodeSpec, Origin, Resource};
+use serde_json::Value;
+
+use crate::de::Sp;
+use crate::doc::{DurationValue, parse_duration};
+use crate::load::{Decl, Loader, NodeDef, Params, Scope};
+use crate::sweep::Sweep;
+use crate::template::{self, TemplateError};
+use crate::tree::{Loc, Node, Val};
+
+/// Instances of a dependency by their values of the keys shared with a dependent.
+type DepIndex = HashMap<Vec<u32>, Vec<usize>>;
+
+/// How one dependency is matched: (its declaration, the shared key indices) — the key of its [`DepIndex`] —
+/// and where those keys sit in the dependent's coordinates.
+type DepPlan = ((usize, Vec<usize>), Vec<usize>);
+
+pub(crate) struct Expander<'l, 'o> {
+    lx: &'l mut Loader<'o>,
+    sweep: &'l mut Sweep,
+    params: &'l Params,
+    /// Input patterns already looked up.
+    inputs: HashMap<String, Result<Vec<PathBuf>, InputProblem>>,
+}
+
+#[derive(Debug, Clone)]
+enum InputProblem {
+    Missing,
+    Directory,
+    BadPattern(String),
+}
+
+impl<'l, 'o> Expander<'l, 'o> {
+    pub fn new(
+        lx: &'l mut Loader<'o>,
+        sweep: &'l mut Sweep,
+        params: &'l Params,
+    ) -> Expander<'l, 'o> {
+        Expander {
+            lx,
+            sweep,
+            params,
+            inputs: HashMap::new(),
+        }
+    }
+
+    /// The specs of every instance of every valid node, and each declaration's instance ids.
+    pub fn expand(
+        &mut self,
+        defs: &[Option<NodeDef>],
+        decls: &[Decl],
+    ) -> (Vec<NodeSpec>, Vec<Vec<String>>) {
+        let instances: Vec<_> = defs
+            .iter()
+            .map(|def| match def {
+                Some(def) => self.sweep.instances(&def.foreach),
+                None => std::rc::Rc::new(Vec::new()),
+            })
+            .collect();
+        let ids: Vec<Vec<String>> = defs
+            .iter()
+            .zip(&instances)
+            .map(|(def, list)| match def {
+                Some(def) => list
+                    .iter()
+                    .map(|c| self.sweep.instance_id(&def.name, &def.foreach, c))
+                    .collect(),
+                None => Vec::new(),
+            })
+            .collect();
+        let mut dep_indexes: HashMap<(usize, Vec<usize>), DepIndex> = HashMap::new();
+        let mut specs = Vec::with_capacity(ids.iter().map(Vec::len).sum());
+        for (i, def) in defs.iter().enumerate() {
+            let Some(def) = def else { continue };
+            debug_assert_eq!(decls[i].name.value, def.name);
+            // For each dependency: the index of its instances by the shared keys, and where those keys sit in
+            // this node's coordinates.
+            let mut plans: Vec<DepPlan> = Vec::new();
+            for &j in &def.deps {
+                let Some(dep) = defs[j].as_ref() else {
+                    continue;
+                };
+                let shared: Vec<usize> = def
+                    .foreach
+                    .iter()
+                    .copied()
+                    .filter(|k| dep.foreach.contains(k))
+                    .collect();
+                let mine: Vec<usize> = shared
+                    .iter()
+                    .filter_map(|k| def.foreach.iter().position(|f| f == k))
+                    .collect();
+                let theirs: Vec<usize> = shared
+                    .iter()
+                    .filter_map(|k| dep.foreach.iter().position(|f| f == k))
+                    .collect();
+                let key = (j, shared);
+                dep_indexes.entry(key.clone()).or_insert_with(|| {
+                    let mut index: DepIndex = HashMap::new();
+                    for (m, coords) in instances[j].iter().enumerate() {
+                        index
+                            .entry(theirs.iter().map(|&p| coords[p]).collect())
+                            .or_default()
+                            .push(m);
+                    }
+                    index
+                });
+                plans.push((key, mine));
+            }
+            for (n, coords) in instances[i].iter().enumerate() {
+                let mut deps = Vec::new();
+                for (key, mine) in &plans {
+                    let wanted: Vec<u32> = mine.iter().map(|&p| coords[p]).collect();
+                    if let Some(found) = dep_indexes.get(key).and_then(|index| index.get(&wanted)) {
+                        deps.extend(found.iter().map(|&m| ids[key.0][m].clone()));
+                    }
+                }
+                let spec = self.instance(def, coords, ids[i][n].clone(), deps);
+                specs.push(spec);
+            }
+        }
+        (specs, ids)
+    }
+
+    /// One instance's spec. Problems are recorded; the spec is still made (with what could be resolved), so
+    /// later checks see the whole graph.
+    fn instance(
+        &mut self,
+        def: &NodeDef,
+        coords: &[u32],
+        id: String,
+        deps: Vec<String>,
+    ) -> NodeSpec {
+        let point_pairs: Vec<(usize, u32)> = def
+            .foreach
+            .iter()
+            .copied()
+            .zip(coords.iter().copied())
+            .collect();
+        let sweep: &Sweep = self.sweep;
+        let mut r = Resolver {
+            sweep,
+            params: self.params,
+            node_params: &def.params,
+            coords: &point_pairs,
+            cache: HashMap::new(),
+            depth: 0,
+        };
+        let owner = format!("node `{}`", def.name);
+        let instance = (!def.foreach.is_empty()).then_some(id.as_str());
+        let mut problems: Vec<(Loc, TemplateError)> = Vec::new();
+        fn render(
+            r: &mut Resolver<'_>,
+            text: &Sp<String>,
+            problems: &mut Vec<(Loc, TemplateError)>,
+        ) -> Option<String> {
+            match r.render(&text.value) {
+                Ok(done) => Some(done),
+                Err(error) => {
+                    problems.push((text.loc, error));
+                    None
+                }
+            }
+        }
+
+        let mut inputs = Vec::new();
+        let mut input_errors = Vec::new();
+        for pattern in &def.common.inputs {
+            if let Some(text) = render(&mut r, pattern, &mut problems) {
+                input_errors.push((pattern.loc, text));
+            }
+        }
+        let mut outputs = Vec::new();
+        let mut late = Vec::new();
+        for output in &def.common.outputs {
+            if let Some(text) = render(&mut r, output, &mut problems) {
+                match check_output(&def.name, &text) {
+                    Ok(()) => {
+                        if !outputs.contains(&text) {
+                            outputs.push(text);
+                        }
+                    }
+                    Err((message, hint)) => late.push((output.loc, message, hint)),
+                }
+            }
+        }
+        let mut resources = Vec::new();
+        for text in &def.common.resources {
+            if let Some(done) = render(&mut r, text, &mut problems) {
+                match check_resource(&def.name, &done) {
+                    Ok(resource) => {
+                        if !resources.contains(&resource) {
+                            resources.push(resource);
+                        }
+                    }
+                    Err(message) => late.push((text.loc, message, None)),
+                }
+            }
+        }
+        let mut durations = [None, None];
+        for (slot, (what, value)) in [
+            ("timeout", &def.common.timeout),
+            ("estimate", &def.common.estimate),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let Some(value) = value else { continue };
+            let resolved = match &value.value {
+                DurationValue::Text(text) => {
+                    match render(
+                        &mut r,
+                        &Sp {
+                            value: text.clone(),
+                            loc: value.loc,
+                        },
+                        &mut problems,
+                    ) {
+                        Some(done) => DurationValue::Text(done),
+                        None => continue,
+                    }
+                }
+                seconds => seconds.clone(),
+            };
+            match check_duration(&def.name, what, &resolved) {
+                Ok(duration) => durations[slot] = Some(duration),
+                Err(message) => late.push((value.loc, message, None)),
+            }
+        }
+
+        let mut config = match &def.fixed_config {
+            Some(config) => Ok(config.clone()),
+            None => match render_tree(&mut r, &def.kind_map) {
+                Ok(rendered) => (def.kind.config)(&rendered).map_err(Some),
+                Err(problem) => {
+                    problems.push(problem);
+                    Err(None)
+                }
+            },
+        };
+        if !def.params.is_empty() {
+            let mut resolved = serde_json::Map::new();
+            for (name, value) in &def.params {
+                match r.value(value) {
+                    Ok(v) => {
+                        resolved.insert(name.clone(), v);
+                    }
+                    Err(error) => problems.push((value.loc, error)),
+                }
+            }
+            if let Ok(config) = &mut config {
+                config.insert("params".to_owned(), Value::Object(resolved));
+            }
+        }
+        let point: BTreeMap<String, Value> = point_pairs
+            .iter()
+            .map(|&(k, v)| (sweep.keys[k].clone(), sweep.values[k][v as usize].to_json()))
+            .collect();
+        drop(r);
+
+        // Report, then look the inputs up.
+        for (loc, error) in problems {
+            self.lx.template_error(loc, error, &owner, instance);
+        }
+        for (loc, pattern) in input_errors {
+            match self.find_inputs(&pattern) {
+                Ok(found) => {
+                    for path in found {
+                        if !inputs.contains(&path) {
+                            inputs.push(path);
+                        }
+                    }
+                }
+                Err(problem) => {
+                    let (message, hint) = match problem {
+                        InputProblem::Missing => (
+                            format!("missing input file `{pattern}` in node `{}`", def.name),
+                            "input paths are relative to the project root",
+                        ),
+                        InputProblem::Directory => (
+                            format!("input `{pattern}` of node `{}` is a directory", def.name),
+                            "name its files instead, e.g. with a glob like `DIR/**/*`",
+                        ),
+                        InputProblem::BadPattern(why) => (
+                            format!("invalid glob `{pattern}` in node `{}`: {why}", def.name),
+                            "",
+                        ),
+                    };
+                    let hint = (!hint.is_empty()).then(|| hint.to_owned());
+                    self.lx.instance_error(loc, message, hint, None);
+                }
+            }
+        }
+        for (loc, message, hint) in late {
+            self.lx.instance_error(loc, message, hint, None);
+        }
+        let config = match config {
+            Ok(config) => config,
+            Err(Some(errors)) => {
+                for error in &errors {
+                    self.lx.de_error(
+                        error,
+                        Scope::Node {
+                            name: &def.name,
+                            at: def.name_loc,
+                            kind: Some(def.kind),
+                        },
+                        def.name_loc,
+                    );
+                }
+                BTreeMap::new()
+            }
+            Err(None) => BTreeMap::new(),
+        };
+        let origin = Origin {
+            file: self.lx.src.shown_path(def.name_loc.file).to_path_buf(),
+            line: def.name_loc.line as usize,
+            column: def.name_loc.col as usize,
+        };
+        NodeSpec {
+            id,
+            name: def.name.clone(),
+            kind: def.kind.name.to_owned(),
+            config,
+            point,
+            deps,
+            inputs,
+            outputs,
+            resources,
+            retries: def.common.retries,
+            timeout: durations[0],
+            estimate: durations[1],
+            origin,
+        }
+    }
+
+    /// The files an `inputs:` entry names (relative to the root; globs allowed), sorted.
+    fn find_inputs(&mut self, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
+        if let Some(found) = self.inputs.get(pattern) {
+            return found.clone();
+        }
+        let root = &self.lx.src.root;
+        let found = if pattern.contains(['*', '?', '[']) {
+            let full = if Path::new(pattern).is_absolute() {
+                pattern.to_owned()
+            } else {
+                format!(
+                    "{}/{pattern}",
+                    glob::Pattern::escape(&root.to_string_lossy())
+                )
+            };
+            let options = glob::MatchOptions {
+                require_literal_leading_dot: true,
+                ..glob::MatchOptions::new()
+            };
+            match glob::glob_with(&full, options) {
+                Ok(paths) => {
+                    let mut files: Vec<PathBuf> = paths
+                        .filter_map(Result::ok)
+                        .filter(|p| p.is_file())
+                        .collect();
+                    files.sort();
+                    if files.is_empty() {
+                        Err(InputProblem::Missing)
+                    } else {
+                        Ok(files)
+                    }
+                }
+                Err(error) => Err(InputProblem::BadPattern(error.msg.to_owned())),
+            }
+        } else {
+            let path = root.join(pattern);
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => Err(InputProblem::Directory),
+                Ok(_) => Ok(vec![path]),
+                Err(_) => Err(InputProblem::Missing),
+            }
+        };
+        self.inputs.insert(pattern.to_owned(), found.clone());
+        found
+    }
+}
+
+/// An output must be a relative path that stays inside the node's output directory.
+pub(crate) fn check_output(node: &str, text: &str) -> Result<(), (String, Option<String>)> {
+    let path = Path::new(text);
+    let inside = !text.is_empty()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if inside {
+        Ok(())
+    } else {
+        Err((
+            format!(
+                "output `{text}` of node `{node}` must be a relative path inside its output directory"
+            ),
+            Some(
+                "outputs are relative to `$FRACFLOW_OUT`; `..` and absolute paths are not allowed"
+                    .to_owned(),
+            ),
+        ))
+    }
+}
+
+pub(crate) fn check_resource(node: &str, text: &str) -> Result<Resource, String> {
+    Resource::parse(text).map_err(|why| format!("bad resource in node `{node}`: {why}"))
+}
+
+/// `what` is `timeout` or `estimate`; a timeout must be more than zero.
+pub(crate) fn check_duration(
+    node: &str,
+    what: &str,
+    value: &DurationValue,
+) -> Result<Duration, String> {
+    let parsed = match value {
+        DurationValue::Seconds(s) => {
+            Duration::try_from_secs_f64(*s).map_err(|_| format!("`{s}` seconds is out of range"))
+        }
+        DurationValue::Text(text) => parse_duration(text),
+    };
+    match parsed {
+        Ok(d) if what == "timeout" && d.is_zero() => Err(format!(
+            "bad timeout in node `{node}`: a timeout must be longer than zero"
+        )),
+        Ok(d) => Ok(d),
+        Err(why) => Err(format!("bad {what} in node `{node}`: {why}")),
+    }
+}
+
+/// Fills templates in for one instance.
+struct Resolver<'a> {
+    sweep: &'a Sweep,
+    params: &'a Params,
+    node_params: &'a [(String, Node)],
+    /// (sweep key index, value index) of this instance.
+    coords: &'a [(usize, u32)],
+    /// Resolved params: (is a node param, index) → value.
+    cache: HashMap<(bool, usize), Value>,
+    depth: usize,
+}
+
+fn located(mut error: TemplateError, loc: Loc) -> TemplateError {
+    if error.loc.is_none() {
+        error.loc = Some(loc);
+    }
+    error
+}
+
+impl Resolver<'_> {
+    fn lookup(&mut self, name: &str) -> Result<Value, TemplateError> {
+        if let Some(k) = self.sweep.key_index(name) {
+            return match self.coords.iter().find(|(key, _)| *key == k) {
+                Some(&(_, v)) => Ok(self.sweep.values[k][v as usize].to_json()),
+                None => Err(TemplateError::new(
+                    format!("swept key `{name}` is not in this node's foreach"),
+                    None,
+                )),
+            };
+        }
+        if let Some(i) = self.node_params.iter().position(|(n, _)| n == name) {
+            return self.param((true, i));
+        }
+        if let Some(&i) = self.params.index.get(name) {
+            return self.param((false, i));
+        }
+        Err(TemplateError::new(format!("unknown name `{name}`"), None))
+    }
+
+    fn param(&mut self, key: (bool, usize)) -> Result<Value, TemplateError> {
+        if let Some(value) = self.cache.get(&key) {
+            return Ok(value.clone());
+        }
+        if self.depth > 64 {
+            return Err(TemplateError::new(
+                "params refer to each other too deeply (a cycle?)",
+                None,
+            ));
+        }
+        let node = if key.0 {
+            &self.node_params[key.1].1
+        } else {
+            &self.params.list[key.1].value
+        };
+        self.depth += 1;
+        let result = self.value(node);
+        self.depth -= 1;
+        let value = result?;
+        self.cache.insert(key, value.clone());
+        Ok(value)
+    }
+
+    /// A param's value: strings are templates, and one whose whole text is an integer expression
+    /// (`"{X} - 64"` → `"1024 - 64"`) becomes that integer.
+    fn value(&mut self, node: &Node) -> Result<Value, TemplateError> {
+        match &node.val {
+            Val::Str(text) => {
+                let done = self.render(text).map_err(|e| located(e, node.loc))?;
+                match template::integer_expression(&done) {
+                    Some(Ok(i)) => Ok(Value::from(i)),
+                    Some(Err(error)) => Err(located(error, node.loc)),
+                    None => Ok(Value::String(done)),
+                }
+            }
+            Val::Seq(items) => items
+                .iter()
+                .map(|item| self.value(item))
+                .collect::<Result<_, _>>()
+                .map(Value::Array),
+            Val::Map(entries) => {
+                let mut map = serde_json::Map::new();
+                for (key, value) in entries {
+                    map.insert(
+                        key.as_str().unwrap_or_default().to_owned(),
+                        self.value(value)?,
+                    );
+                }
+                Ok(Value::Object(map))
+            }
+            _ => Ok(node.to_json()),
+        }
+    }
+
+    fn render(&mut self, text: &str) -> Result<String, TemplateError> {
+        if !template::has_braces(text) {
+            return Ok(text.to_owned());
+        }
+        let parsed = template::parse(text)?;
+        parsed.render(&mut |name| self.lookup(name))
+    }
+}
+
+/// A copy of `node` with every string's template filled in.
+fn render_tree(r: &mut Resolver<'_>, node: &Node) -> Result<Node, (Loc, TemplateError)> {
+    let val = match &node.val {
+        Val::Str(text) => Val::Str(r.render(text).map_err(|e| (node.loc, e))?),
+        Val::Seq(items) => Val::Seq(
+            items
+                .iter()
+                .map(|item| render_tree(r, item))
+                .collect::<Result<_, _>>()?,
+        ),
+        Val::Map(entries) => Val::Map(
+            entries
+                .iter()
+                .map(|(k, v)| render_tree(r, v).map(|v| (k.clone(), v)))
+                .collect::<Result<_, _>>()?,
+        ),
+        other => other.clone(),
+    };
+    Ok(Node { loc: node.loc, val })
+}

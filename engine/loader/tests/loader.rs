@@ -1,0 +1,858 @@
+//! Loading valid pipelines: expansion over sweeps, dependency matching, variants, `base:`, `uses:`, templates,
+//! discovery, the checked-in JSON schema, and expansion at scale.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fracflow_core::{NodeSpec, Resource};
+use fracflow_loader::{Diagnostics, LoadOptions, Loaded, load, parse_only};
+use serde_json::json;
+
+/// A throwaway project: files written under a temporary root.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(files: &[(&str, &str)]) -> Project {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("files live in a directory"))
+                .expect("create dirs");
+            std::fs::write(path, text).expect("write file");
+        }
+        Project { dir }
+    }
+
+    fn root(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path()).expect("root exists")
+    }
+
+    fn opts(&self) -> LoadOptions {
+        LoadOptions {
+            root: self.dir.path().to_path_buf(),
+            ..LoadOptions::default()
+        }
+    }
+
+    fn try_load(&self, entry: &str, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
+        load(Path::new(entry), opts)
+    }
+
+    fn load_with(&self, entry: &str, opts: &LoadOptions) -> Loaded {
+        match self.try_load(entry, opts) {
+            Ok(loaded) => loaded,
+            Err(diagnostics) => panic!("{entry} should load, but:\n{diagnostics}"),
+        }
+    }
+
+    fn load(&self, entry: &str) -> Loaded {
+        self.load_with(entry, &self.opts())
+    }
+
+    fn errors(&self, entry: &str, opts: &LoadOptions) -> String {
+        match self.try_load(entry, opts) {
+            Ok(_) => panic!("{entry} should not load"),
+            Err(diagnostics) => diagnostics.to_string(),
+        }
+    }
+}
+
+fn one(files: &str) -> Project {
+    Project::new(&[("pipelines/p.yaml", files)])
+}
+
+fn ids(loaded: &Loaded) -> Vec<&str> {
+    loaded
+        .pipeline
+        .nodes
+        .iter()
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
+fn ids_of<'a>(loaded: &'a Loaded, name: &str) -> Vec<&'a str> {
+    loaded
+        .pipeline
+        .nodes
+        .iter()
+        .filter(|n| n.name == name)
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
+fn spec<'a>(loaded: &'a Loaded, id: &str) -> &'a NodeSpec {
+    loaded
+        .pipeline
+        .nodes
+        .iter()
+        .find(|n| n.id == id)
+        .unwrap_or_else(|| panic!("no node `{id}` in {:?}", ids(loaded)))
+}
+
+fn deps<'a>(loaded: &'a Loaded, id: &str) -> Vec<&'a str> {
+    spec(loaded, id).deps.iter().map(String::as_str).collect()
+}
+
+fn run<'a>(loaded: &'a Loaded, id: &str) -> &'a serde_json::Value {
+    spec(loaded, id)
+        .config
+        .get("run")
+        .unwrap_or_else(|| panic!("`{id}` has no run"))
+}
+
+mod expansion {
+    use super::*;
+
+    #[test]
+    fn cartesian_product_is_first_key_outermost() {
+        let p = one(
+            "pipeline: p\nsweep: {m: [1024, 4096], k: [1, 2], n: [1, 4, 28]}\nnodes:\n  gen:\n    kind: command\n    foreach: [m, k, n]\n    run: echo {m} {k} {n}\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            ids(&loaded),
+            [
+                "gen[m=1024,k=1,n=1]",
+                "gen[m=1024,k=1,n=4]",
+                "gen[m=1024,k=1,n=28]",
+                "gen[m=1024,k=2,n=1]",
+                "gen[m=1024,k=2,n=4]",
+                "gen[m=1024,k=2,n=28]",
+                "gen[m=4096,k=1,n=1]",
+                "gen[m=4096,k=1,n=4]",
+                "gen[m=4096,k=1,n=28]",
+                "gen[m=4096,k=2,n=1]",
+                "gen[m=4096,k=2,n=4]",
+                "gen[m=4096,k=2,n=28]",
+            ]
+        );
+        assert_eq!(
+            spec(&loaded, "gen[m=4096,k=2,n=28]").point,
+            [("k", json!(2)), ("m", json!(4096)), ("n", json!(28))]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect()
+        );
+        assert_eq!(
+            run(&loaded, "gen[m=4096,k=2,n=28]"),
+            &json!("echo 4096 2 28")
+        );
+    }
+
+    #[test]
+    fn ids_follow_sweep_order_whatever_the_foreach_order() {
+        let p = one(
+            "pipeline: p\nsweep: {m: [1, 2], n: [a, b]}\nnodes:\n  gen:\n    kind: command\n    foreach: [n, m]\n    run: echo {m}{n}\n  one:\n    kind: command\n    foreach: [n]\n    run: echo {n}\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            ids_of(&loaded, "gen"),
+            [
+                "gen[m=1,n=a]",
+                "gen[m=1,n=b]",
+                "gen[m=2,n=a]",
+                "gen[m=2,n=b]"
+            ]
+        );
+        assert_eq!(ids_of(&loaded, "one"), ["one[n=a]", "one[n=b]"]);
+        assert_eq!(spec(&loaded, "one[n=b]").point.get("n"), Some(&json!("b")));
+    }
+
+    #[test]
+    fn exclude_rules_take_scalars_and_lists() {
+        let p = one(
+            "pipeline: p\nsweep: {k: [1, 2, 4], n: [1, 4, 28]}\nexclude:\n  - {k: [2, 4], n: 1}\n  - {k: 1, n: 28}\nnodes:\n  gen:\n    kind: command\n    foreach: [k, n]\n    run: echo {k} {n}\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            ids(&loaded),
+            [
+                "gen[k=1,n=1]",
+                "gen[k=1,n=4]",
+                "gen[k=2,n=4]",
+                "gen[k=2,n=28]",
+                "gen[k=4,n=4]",
+                "gen[k=4,n=28]"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_filters_swept_values() {
+        let p = one(
+            "pipeline: p\nsweep: {m: [1024, 4096], n: [1, 4, 28]}\nnodes:\n  gen:\n    kind: command\n    foreach: [m, n]\n    run: echo {m} {n}\n",
+        );
+        let mut opts = p.opts();
+        opts.only = vec![parse_only("n=28,1").expect("filter")];
+        let loaded = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(
+            ids(&loaded),
+            [
+                "gen[m=1024,n=1]",
+                "gen[m=1024,n=28]",
+                "gen[m=4096,n=1]",
+                "gen[m=4096,n=28]"
+            ]
+        );
+        opts.only.push(parse_only("m=4096").expect("filter"));
+        let loaded = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(ids(&loaded), ["gen[m=4096,n=1]", "gen[m=4096,n=28]"]);
+    }
+
+    #[test]
+    fn per_point_nodes_depend_on_the_matching_build_and_fan_in_takes_all_matching() {
+        let p = one(r#"pipeline: p
+sweep: {m: [1024, 4096], n: [1, 4]}
+targets:
+  fig16: [plot]
+  builds: [build]
+nodes:
+  setup:
+    kind: command
+    run: echo setup
+  build:
+    kind: command
+    foreach: [m]
+    deps: [setup]
+    run: make M={m}
+  measure:
+    kind: command
+    foreach: [m, n]
+    deps: [build]
+    run: ./measure {m} {n}
+  per_m:
+    kind: command
+    foreach: [m]
+    deps: [measure]
+    run: ./aggregate {m}
+  per_n:
+    kind: command
+    foreach: [n]
+    deps: [measure]
+    run: ./aggregate {n}
+  plot:
+    kind: group
+    deps: [per_m, per_n]
+"#);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(deps(&loaded, "build[m=1024]"), ["setup"]);
+        assert_eq!(deps(&loaded, "measure[m=4096,n=1]"), ["build[m=4096]"]);
+        assert_eq!(
+            deps(&loaded, "per_m[m=1024]"),
+            ["measure[m=1024,n=1]", "measure[m=1024,n=4]"]
+        );
+        assert_eq!(
+            deps(&loaded, "per_n[n=4]"),
+            ["measure[m=1024,n=4]", "measure[m=4096,n=4]"]
+        );
+        assert_eq!(
+            deps(&loaded, "plot"),
+            ["per_m[m=1024]", "per_m[m=4096]", "per_n[n=1]", "per_n[n=4]"]
+        );
+        assert_eq!(loaded.pipeline.targets["fig16"], ["plot"]);
+        assert_eq!(
+            loaded.pipeline.targets["builds"],
+            ["build[m=1024]", "build[m=4096]"]
+        );
+        // The graph is built and ordered with dependencies first.
+        assert_eq!(loaded.graph.len(), loaded.pipeline.nodes.len());
+        let order: Vec<&str> = loaded
+            .graph
+            .topological()
+            .iter()
+            .map(|&i| loaded.graph.spec(i).id.as_str())
+            .collect();
+        let at = |id: &str| order.iter().position(|o| *o == id).expect("in order");
+        assert!(at("setup") < at("build[m=1024]"));
+        assert!(at("measure[m=1024,n=4]") < at("per_n[n=4]"));
+        assert!(at("per_n[n=4]") < at("plot"));
+    }
+
+    #[test]
+    fn node_spec_fields_are_resolved() {
+        let p = Project::new(&[
+            ("scripts/gen.py", "print(1)\n"),
+            ("hw/top_k/a.cpp", "a\n"),
+            ("hw/top_k/b.cpp", "b\n"),
+            ("hw/top_k/notes.txt", "n\n"),
+            (
+                "pipelines/p.yaml",
+                r#"pipeline: p
+description: all the fields
+sweep: {m: [1024]}
+nodes:
+  gen:
+    kind: command
+    description: makes data
+    foreach: [m]
+    inputs: [scripts/gen.py, "hw/top_k/*.cpp", scripts/gen.py]
+    outputs: ["data_{m}.bin", logs/run.txt]
+    resources: ["device:fpga0", "cores:2", "host:bench{m}"]
+    retries: 2
+    timeout: 5m
+    estimate: 1.5
+    params: {half: "{m // 2}"}
+    run: python3 scripts/gen.py {half} > $FRACFLOW_OUT/data_{m}.bin
+    env: {RATE: "{m}", FIXED: 7}
+    cwd: scripts
+    metrics: {tps: {regex: 'tps=(\d+)'}, p50: {json: latency.p50}}
+    success_codes: [0, 3]
+"#,
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        let root = p.root();
+        let node = spec(&loaded, "gen[m=1024]");
+        assert_eq!(node.name, "gen");
+        assert_eq!(node.kind, "command");
+        assert_eq!(
+            node.inputs,
+            [
+                root.join("scripts/gen.py"),
+                root.join("hw/top_k/a.cpp"),
+                root.join("hw/top_k/b.cpp")
+            ]
+        );
+        assert!(node.inputs.iter().all(|p| p.is_absolute()));
+        assert_eq!(node.outputs, ["data_1024.bin", "logs/run.txt"]);
+        assert_eq!(
+            node.resources,
+            [
+                Resource::Device("fpga0".into()),
+                Resource::Cores(2),
+                Resource::Host("bench1024".into())
+            ]
+        );
+        assert_eq!(node.retries, 2);
+        assert_eq!(node.timeout, Some(Duration::from_secs(300)));
+        assert_eq!(node.estimate, Some(Duration::from_millis(1500)));
+        assert_eq!(node.origin.file, Path::new("pipelines/p.yaml"));
+        assert_eq!((node.origin.line, node.origin.column), (5, 3));
+        assert_eq!(
+            node.config["run"],
+            json!("python3 scripts/gen.py 512 > $FRACFLOW_OUT/data_1024.bin")
+        );
+        assert_eq!(node.config["env"], json!({"RATE": "1024", "FIXED": "7"}));
+        assert_eq!(node.config["cwd"], json!("scripts"));
+        assert_eq!(
+            node.config["metrics"],
+            json!({"tps": {"regex": "tps=(\\d+)"}, "p50": {"json": "latency.p50"}})
+        );
+        assert_eq!(node.config["success_codes"], json!([0, 3]));
+        assert_eq!(node.config["params"], json!({"half": 512}));
+        assert_eq!(loaded.pipeline.name, "p");
+        assert_eq!(loaded.pipeline.root, root);
+        assert_eq!(loaded.pipeline.sources, [root.join("pipelines/p.yaml")]);
+    }
+
+    #[test]
+    fn an_unswept_pipeline_has_one_instance_per_node() {
+        let p = one(
+            "pipeline: p\nnodes:\n  a:\n    kind: command\n    run: [echo, a]\n  b:\n    kind: group\n    deps: [a]\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(ids(&loaded), ["a", "b"]);
+        assert_eq!(run(&loaded, "a"), &json!(["echo", "a"]));
+        assert_eq!(deps(&loaded, "b"), ["a"]);
+        assert!(spec(&loaded, "b").config.is_empty());
+        assert!(spec(&loaded, "a").point.is_empty());
+    }
+
+    #[test]
+    fn an_unswept_node_exists_even_when_every_point_is_excluded() {
+        let p = one(
+            "pipeline: p\nsweep: {n: [1]}\nexclude: [{n: 1}]\nnodes:\n  a:\n    kind: command\n    foreach: [n]\n    run: echo {n}\n  all:\n    kind: group\n    deps: [a]\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(ids(&loaded), ["all"]);
+        assert!(deps(&loaded, "all").is_empty());
+    }
+}
+
+mod documents {
+    use super::*;
+
+    const WITH_VARIANTS: &str = r#"pipeline: p
+params: {d: 30, label: full}
+sweep: {m: [1024, 4096], n: [1, 4, 28]}
+variants:
+  smoke: {sweep: {n: [1, 4]}, params: {d: 5}}
+  tiny:
+    sweep: {m: [8]}
+    nodes:
+      gen: {retries: 3}
+nodes:
+  gen:
+    kind: command
+    foreach: [m, n]
+    run: echo {m} {n} {d} {label}
+"#;
+
+    #[test]
+    fn a_variant_is_laid_over_the_document() {
+        let p = one(WITH_VARIANTS);
+        let mut opts = p.opts();
+        let full = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(full.pipeline.nodes.len(), 6);
+        opts.variant = Some("smoke".to_owned());
+        let smoke = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(
+            ids(&smoke),
+            [
+                "gen[m=1024,n=1]",
+                "gen[m=1024,n=4]",
+                "gen[m=4096,n=1]",
+                "gen[m=4096,n=4]"
+            ]
+        );
+        assert_eq!(run(&smoke, "gen[m=4096,n=4]"), &json!("echo 4096 4 5 full"));
+        opts.variant = Some("tiny".to_owned());
+        let tiny = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(
+            ids(&tiny),
+            ["gen[m=8,n=1]", "gen[m=8,n=4]", "gen[m=8,n=28]"]
+        );
+        assert_eq!(spec(&tiny, "gen[m=8,n=1]").retries, 3);
+        assert_eq!(run(&tiny, "gen[m=8,n=1]"), &json!("echo 8 1 30 full"));
+    }
+
+    #[test]
+    fn an_unknown_variant_is_an_error_with_a_suggestion() {
+        let p = one(WITH_VARIANTS);
+        let mut opts = p.opts();
+        opts.variant = Some("smok".to_owned());
+        let text = p.errors("pipelines/p.yaml", &opts);
+        assert!(text.contains("unknown variant `smok`"), "{text}");
+        assert!(text.contains("did you mean `smoke`?"), "{text}");
+    }
+
+    #[test]
+    fn base_documents_merge_deeply_in_a_chain() {
+        let p = Project::new(&[
+            (
+                "pipelines/common/root.yaml",
+                "params: {d: 30, e: 1}\nsweep: {n: [1, 4]}\ntargets: {all: [gen]}\nnodes:\n  gen:\n    kind: command\n    foreach: [n]\n    run: echo {n} {d} {e}\n    env: {A: a, B: b}\n",
+            ),
+            (
+                "pipelines/common/mid.yaml",
+                "base: root.yaml\nparams: {e: 2}\nnodes:\n  gen:\n    env: {B: mid}\n",
+            ),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nbase: common/mid.yaml\nparams: {d: 5}\nnodes:\n  gen:\n    retries: 1\n  extra:\n    kind: group\n    deps: [gen]\n",
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(ids(&loaded), ["gen[n=1]", "gen[n=4]", "extra"]);
+        let node = spec(&loaded, "gen[n=4]");
+        assert_eq!(node.config["run"], json!("echo 4 5 2"));
+        assert_eq!(node.config["env"], json!({"A": "a", "B": "mid"}));
+        assert_eq!(node.retries, 1);
+        // Nodes from the base keep their origin in the base file.
+        assert_eq!(node.origin.file, Path::new("pipelines/common/root.yaml"));
+        assert_eq!(loaded.pipeline.targets["all"], ["gen[n=1]", "gen[n=4]"]);
+        let root = p.root();
+        assert_eq!(
+            loaded.pipeline.sources,
+            [
+                root.join("pipelines/p.yaml"),
+                root.join("pipelines/common/mid.yaml"),
+                root.join("pipelines/common/root.yaml")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_mapping_in_the_overlay_replaces() {
+        let p = Project::new(&[
+            (
+                "pipelines/base.yaml",
+                "sweep: {n: [1, 4]}\nnodes:\n  gen:\n    kind: command\n    run: echo hi\n    env: {A: a}\n    params: {x: 1}\n",
+            ),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nbase: base.yaml\nsweep: {}\nnodes:\n  gen:\n    env: {}\n",
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        let node = spec(&loaded, "gen");
+        assert!(!node.config.contains_key("env"), "{:?}", node.config);
+        assert_eq!(node.config["params"], json!({"x": 1}));
+    }
+
+    #[test]
+    fn a_base_cycle_names_the_chain() {
+        let p = Project::new(&[
+            ("pipelines/a.yaml", "pipeline: a\nbase: b.yaml\n"),
+            ("pipelines/b.yaml", "base: c.yaml\n"),
+            ("pipelines/c.yaml", "base: a.yaml\n"),
+        ]);
+        let text = p.errors("pipelines/a.yaml", &p.opts());
+        assert!(
+            text.contains("`base:` files form a cycle: pipelines/a.yaml -> pipelines/b.yaml -> pipelines/c.yaml -> pipelines/a.yaml"),
+            "{text}"
+        );
+        assert!(text.contains("--> pipelines/c.yaml:1:7"), "{text}");
+    }
+
+    #[test]
+    fn uses_imports_nodes_and_param_defaults() {
+        let p = Project::new(&[
+            (
+                "pipelines/sets/build.yaml",
+                "uses: [tools.yaml]\nparams: {m: 4096, d: 1}\nnodes:\n  build:\n    kind: command\n    deps: [tools]\n    run: make M={m} D={d}\n",
+            ),
+            (
+                "pipelines/sets/tools.yaml",
+                "nodes:\n  tools:\n    kind: command\n    run: make tools\n",
+            ),
+            (
+                "pipelines/sets/other.yaml",
+                "uses: [tools.yaml]\nnodes:\n  other:\n    kind: group\n    deps: [tools]\n",
+            ),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nuses: [sets/build.yaml, sets/other.yaml]\nparams: {d: 9}\nsweep: {n: [1, 2]}\nnodes:\n  use:\n    kind: group\n    deps: [build, other]\n",
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        // Imported nodes come first (depth first, each file once), then the pipeline's own.
+        assert_eq!(ids(&loaded), ["tools", "build", "other", "use"]);
+        // The pipeline's param wins over the node set's default.
+        assert_eq!(run(&loaded, "build"), &json!("make M=4096 D=9"));
+        assert_eq!(deps(&loaded, "build"), ["tools"]);
+        assert_eq!(deps(&loaded, "use"), ["build", "other"]);
+    }
+
+    #[test]
+    fn a_node_set_default_gives_way_to_a_sweep_key() {
+        let p = Project::new(&[
+            (
+                "pipelines/set.yaml",
+                "params: {m: 4096}\nnodes:\n  build:\n    kind: command\n    run: make M={m}\n",
+            ),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nuses: [set.yaml]\nsweep: {m: [1, 2]}\nnodes:\n  again:\n    kind: command\n    foreach: [m]\n    run: make {m}\n",
+            ),
+        ]);
+        let text = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(
+            text.contains("node `build` uses swept key `m` but is not expanded over it"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_node_set_default_is_used_when_not_swept() {
+        let p = Project::new(&[
+            (
+                "pipelines/set.yaml",
+                "params: {m: 4096}\nnodes:\n  build:\n    kind: command\n    run: make M={m}\n",
+            ),
+            ("pipelines/p.yaml", "pipeline: p\nuses: [set.yaml]\n"),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(run(&loaded, "build"), &json!("make M=4096"));
+        let root = p.root();
+        assert_eq!(
+            loaded.pipeline.sources,
+            [
+                root.join("pipelines/p.yaml"),
+                root.join("pipelines/set.yaml")
+            ]
+        );
+    }
+}
+
+mod templates {
+    use super::*;
+
+    #[test]
+    fn arithmetic_and_whole_string_integer_params() {
+        let p = one(r#"pipeline: p
+params:
+  X: 1024
+  Y: "{X} - 64"
+  Z: "({Y} + 64) // 4"
+  name: "run-{X}"
+  quoted: "12"
+sweep: {n: [1, 4], k: [2]}
+nodes:
+  gen:
+    kind: command
+    foreach: [n, k]
+    params: {per: "{X // n}"}
+    run: "gen --y {Y} --z {Z} --per {per} --mod {-7 % 3} --neg {-(n - 10)} {name} {quoted * 2} ${{HOME}} {{literal}} $FRACFLOW_OUT"
+"#);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            run(&loaded, "gen[n=4,k=2]"),
+            &json!(
+                "gen --y 960 --z 256 --per 256 --mod 2 --neg 6 run-1024 24 ${HOME} {literal} $FRACFLOW_OUT"
+            )
+        );
+        assert_eq!(
+            spec(&loaded, "gen[n=1,k=2]").config["params"],
+            json!({"per": 1024})
+        );
+    }
+
+    #[test]
+    fn set_overrides_a_param_last() {
+        let p = one(
+            "pipeline: p\nparams: {d: 30, label: x}\nvariants:\n  smoke: {params: {d: 5}}\nnodes:\n  gen:\n    kind: command\n    run: echo {d} {label}\n",
+        );
+        let mut opts = p.opts();
+        opts.variant = Some("smoke".to_owned());
+        opts.set.insert("d".to_owned(), json!(7));
+        opts.set.insert("label".to_owned(), json!("{d} * 2"));
+        let loaded = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(run(&loaded, "gen"), &json!("echo 7 14"));
+    }
+
+    #[test]
+    fn templates_apply_to_inputs_outputs_and_resources() {
+        let p = Project::new(&[
+            ("data/in_1.txt", "1"),
+            ("data/in_2.txt", "2"),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nsweep: {i: [1, 2]}\nnodes:\n  gen:\n    kind: command\n    foreach: [i]\n    inputs: [\"data/in_{i}.txt\"]\n    outputs: [\"out_{i}.txt\"]\n    resources: [\"device:fpga{i - 1}\"]\n    timeout: \"{i * 10}s\"\n    run: cat data/in_{i}.txt\n",
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        let second = spec(&loaded, "gen[i=2]");
+        assert_eq!(second.inputs, [p.root().join("data/in_2.txt")]);
+        assert_eq!(second.outputs, ["out_2.txt"]);
+        assert_eq!(second.resources, [Resource::Device("fpga1".into())]);
+        assert_eq!(second.timeout, Some(Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn errors_repeated_across_instances_are_reported_once() {
+        let p = one(
+            "pipeline: p\nsweep: {k: [0, 1, 2]}\nparams: {z: 0}\nnodes:\n  gen:\n    kind: command\n    foreach: [k]\n    run: echo {k // z}\n",
+        );
+        let text = p.errors("pipelines/p.yaml", &p.opts());
+        assert_eq!(text.matches("error: ").count(), 1, "{text}");
+        assert!(
+            text.contains("division by zero in `{k // z}` (instance `gen[k=0]`)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("= note: the same error occurs in 2 more instances"),
+            "{text}"
+        );
+    }
+}
+
+mod discovery {
+    use super::*;
+    use fracflow_loader::discover;
+
+    #[test]
+    fn finds_pipelines_skips_node_sets_and_survives_broken_files() {
+        let p = Project::new(&[
+            (
+                "pipelines/demo.yaml",
+                "pipeline: demo\ndescription: the demo\ntargets: {fig16: [gen]}\nnodes: {}\n",
+            ),
+            (
+                "pipelines/frac/fig17.yaml",
+                "pipeline: fig17\nbase: ../demo.yaml\ntargets: {fig17: [gen]}\n",
+            ),
+            ("pipelines/common/set.yaml", "nodes: {}\n"),
+            ("pipelines/broken.yaml", "pipeline: [oops\n"),
+            (
+                "pipelines/lost.yaml",
+                "pipeline: lost\nbase: nowhere.yaml\n",
+            ),
+            ("pipelines/notes.txt", "not yaml"),
+        ]);
+        let found = discover(p.dir.path());
+        let names: Vec<&str> = found.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["broken", "demo", "fig17", "lost"]);
+        let demo = &found[1];
+        assert_eq!(demo.path, p.root().join("pipelines/demo.yaml"));
+        assert_eq!(demo.description.as_deref(), Some("the demo"));
+        assert_eq!(demo.targets, ["fig16"]);
+        assert!(demo.problems.is_none());
+        assert_eq!(found[2].targets, ["fig16", "fig17"]);
+        assert_eq!(found[2].description.as_deref(), Some("the demo"));
+        let broken = found[0]
+            .problems
+            .as_ref()
+            .expect("broken file has problems")
+            .to_string();
+        assert!(broken.contains("--> pipelines/broken.yaml:"), "{broken}");
+        let lost = found[3]
+            .problems
+            .as_ref()
+            .expect("missing base is a problem")
+            .to_string();
+        assert!(
+            lost.contains("cannot read `pipelines/nowhere.yaml`"),
+            "{lost}"
+        );
+    }
+
+    #[test]
+    fn a_project_without_pipelines_has_none() {
+        let p = Project::new(&[("README.md", "x")]);
+        assert!(discover(p.dir.path()).is_empty());
+    }
+}
+
+mod schema {
+    use super::*;
+
+    /// `pipelines/schema.json` must be what `json_schema()` generates.
+    #[test]
+    fn schema_json_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pipelines/schema.json");
+        let generated = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&fracflow_loader::json_schema())
+                .expect("schema serializes")
+        );
+        if std::env::var_os("UPDATE_SCHEMA").is_some_and(|v| v == "1") {
+            std::fs::write(&path, &generated).expect("write pipelines/schema.json");
+            return;
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "pipelines/schema.json is stale: run `UPDATE_SCHEMA=1 cargo test -p fracflow-loader schema`"
+        );
+    }
+
+    #[test]
+    fn schema_describes_every_kind_and_top_level_key() {
+        let schema = fracflow_loader::json_schema();
+        let text = schema.to_string();
+        for key in [
+            "pipeline", "base", "uses", "params", "sweep", "exclude", "variants", "targets",
+            "nodes",
+        ] {
+            assert!(
+                schema["properties"].get(key).is_some(),
+                "top-level key `{key}` missing"
+            );
+        }
+        assert_eq!(schema["additionalProperties"], json!(false));
+        assert!(text.contains(r#""const":"command""#) && text.contains(r#""const":"group""#));
+    }
+}
+
+mod scale {
+    use super::*;
+
+    /// 10 000 sweep points: one instance each for a per-point node, a 1:1 dependent, a fan-in and a fan-out.
+    #[test]
+    fn ten_thousand_instances_expand_quickly() {
+        let values: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+        let yaml = format!(
+            "pipeline: big\nsweep: {{i: [{}]}}\nnodes:\n  build:\n    kind: command\n    run: make\n  measure:\n    kind: command\n    foreach: [i]\n    deps: [build]\n    run: ./measure {{i}} {{i * 2}}\n  check:\n    kind: command\n    foreach: [i]\n    deps: [measure]\n    run: ./check {{i}}\n  plot:\n    kind: group\n    deps: [check]\n",
+            values.join(", ")
+        );
+        let p = one(&yaml);
+        let started = std::time::Instant::now();
+        let loaded = p.load("pipelines/p.yaml");
+        eprintln!("10 000-point pipeline loaded in {:?}", started.elapsed());
+        assert_eq!(loaded.pipeline.nodes.len(), 1 + 10_000 + 10_000 + 1);
+        assert_eq!(deps(&loaded, "check[i=9999]"), ["measure[i=9999]"]);
+        assert_eq!(deps(&loaded, "measure[i=5]"), ["build"]);
+        assert_eq!(deps(&loaded, "plot").len(), 10_000);
+        assert_eq!(
+            run(&loaded, "measure[i=4000]"),
+            &json!("./measure 4000 8000")
+        );
+    }
+
+    /// 10 000 declared nodes in a chain.
+    #[test]
+    fn ten_thousand_declared_nodes_load() {
+        let mut yaml =
+            String::from("pipeline: chain\nnodes:\n  n0:\n    kind: command\n    run: echo 0\n");
+        for i in 1..10_000 {
+            yaml.push_str(&format!(
+                "  n{i}:\n    kind: command\n    deps: [n{}]\n    run: echo {i}\n",
+                i - 1
+            ));
+        }
+        let p = one(&yaml);
+        let started = std::time::Instant::now();
+        let loaded = p.load("pipelines/p.yaml");
+        eprintln!("10 000-node pipeline loaded in {:?}", started.elapsed());
+        assert_eq!(loaded.pipeline.nodes.len(), 10_000);
+        assert_eq!(deps(&loaded, "n9999"), ["n9998"]);
+    }
+}
+
+mod repository {
+    use super::*;
+    use fracflow_loader::discover;
+
+    /// Every pipeline of this repository loads (with each of its variants too).
+    #[test]
+    fn the_repository_pipelines_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let found = discover(&root);
+        assert!(
+            found.iter().any(|e| e.name == "demo"),
+            "pipelines/demo.yaml is discovered"
+        );
+        for entry in found {
+            if let Some(problems) = &entry.problems {
+                panic!("{} has problems:\n{problems}", entry.path.display());
+            }
+            let text = std::fs::read_to_string(&entry.path).expect("readable");
+            let mut variants = vec![None];
+            if text.contains("smoke:") {
+                variants.push(Some("smoke".to_owned()));
+            }
+            for variant in variants {
+                let opts = LoadOptions {
+                    root: root.clone(),
+                    variant: variant.clone(),
+                    ..LoadOptions::default()
+                };
+                if let Err(diagnostics) = load(&entry.path, &opts) {
+                    panic!(
+                        "{} (variant {variant:?}) does not load:\n{diagnostics}",
+                        entry.path.display()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_demo_pipeline_expands_as_documented() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let opts = LoadOptions {
+            root,
+            variant: Some("smoke".to_owned()),
+            ..LoadOptions::default()
+        };
+        let loaded =
+            load(Path::new("pipelines/demo.yaml"), &opts).unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(
+            ids(&loaded),
+            [
+                "data[size_mib=4]",
+                "measure[size_mib=4,tool=sha256sum]",
+                "measure[size_mib=4,tool=b2sum]",
+                "table"
+            ]
+        );
+        assert_eq!(
+            deps(&loaded, "measure[size_mib=4,tool=b2sum]"),
+            ["data[size_mib=4]"]
+        );
+        assert_eq!(loaded.pipeline.targets["table"], ["table"]);
+    }
+}
