@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
 use crate::statcache::hash_file;
-use fracflow_record::{FORMAT_VERSION, atomic_write, fsync_dir};
+use fracflow_record::{FORMAT_VERSION, atomic_write};
 
-/// Staging directories older than this are left over from killed runs.
+/// Staging directories and `*.part` files older than this are left over from killed runs.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 static BLOB_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -200,8 +200,9 @@ impl Cache {
             fs::copy(file, &staged)?;
             fs::File::open(&staged)?.sync_all()?;
             fs::set_permissions(&staged, fs::Permissions::from_mode(0o444))?;
+            // No directory fsync: if power loss undoes this rename, the entry that names the blob is
+            // incomplete and `get` treats it as a miss, so the node simply runs again.
             fs::rename(&staged, &target)?;
-            fsync_dir(&dir)?;
         }
         Ok(BlobRef { hash, size })
     }
@@ -231,7 +232,9 @@ impl Cache {
             stored.insert(name.clone(), self.store_blob(&file)?);
         }
         let log = match log {
-            Some(path) if path.is_file() => Some(self.store_blob(path)?),
+            Some(path) if fs::metadata(path).is_ok_and(|m| m.len() > 0) => {
+                Some(self.store_blob(path)?)
+            }
             _ => None,
         };
         let key = fingerprint.key();
@@ -255,10 +258,14 @@ impl Cache {
         pointer.durations.push(seconds);
         let excess = pointer.durations.len().saturating_sub(DURATION_HISTORY);
         pointer.durations.drain(..excess);
-        atomic_write(
-            &self.pointer_path(node),
-            &serde_json::to_vec(&pointer).map_err(io::Error::other)?,
+        // The pointer only serves `why` and estimates: replaced atomically, but not worth an fsync per node.
+        let path = self.pointer_path(node);
+        let tmp = path.with_extension(format!("{}.part", std::process::id()));
+        fs::write(
+            &tmp,
+            serde_json::to_vec(&pointer).map_err(io::Error::other)?,
         )?;
+        fs::rename(&tmp, &path)?;
         Ok(entry)
     }
 
@@ -282,8 +289,12 @@ impl Cache {
         Some(durations[durations.len() / 2])
     }
 
+    /// Published entries; `*.part` files are temporaries of writes a kill cut short, never entries.
     fn entry_files(&self) -> io::Result<Vec<PathBuf>> {
-        files_under(&self.root.join("entries"))
+        Ok(files_under(&self.root.join("entries"))?
+            .into_iter()
+            .filter(|p| !is_part(p))
+            .collect())
     }
 
     /// Re-hashes every blob and checks every entry; names every corrupt file.
@@ -376,14 +387,28 @@ impl Cache {
                 }
             }
         }
-        for path in files_under(&self.root.join("blobs"))? {
+        for path in ["entries", "blobs", "nodes"]
+            .iter()
+            .flat_map(|d| files_under(&self.root.join(d)).unwrap_or_default())
+        {
+            if is_part(&path) && is_older_than(&path, STALE_STAGING) {
+                fs::remove_file(&path)?;
+            }
+        }
+        for path in files_under(&self.root.join("blobs"))?
+            .into_iter()
+            .filter(|p| !is_part(p))
+        {
             if !live_blobs.contains(&blob_name(&path)) {
                 report.bytes_freed += fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 fs::remove_file(&path)?;
                 report.blobs_removed += 1;
             }
         }
-        for path in files_under(&self.root.join("nodes"))? {
+        for path in files_under(&self.root.join("nodes"))?
+            .into_iter()
+            .filter(|p| !is_part(p))
+        {
             let pointer = fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<NodePointer>(&b).ok());
@@ -394,17 +419,20 @@ impl Cache {
         // Staging of a run that is still going on must survive; a day-old one belongs to a killed run.
         for item in fs::read_dir(self.root.join("tmp"))? {
             let path = item?.path();
-            let stale = fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > STALE_STAGING);
-            if stale {
+            if is_older_than(&path, STALE_STAGING) {
                 fs::remove_dir_all(&path)?;
             }
         }
         Ok(report)
     }
+}
+
+fn is_older_than(path: &Path, age: std::time::Duration) -> bool {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|a| a > age)
 }
 
 fn is_part(path: &Path) -> bool {

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fracflow_record::{
-    Event, EventKind, FORMAT_VERSION, NodeRecord, NodeStatus, RunManifest, RunStatus, atomic_write,
+    Event, EventKind, FORMAT_VERSION, NodeRecord, NodeStatus, RunManifest, RunStatus,
+    atomic_replace, atomic_write,
 };
 
 use crate::cache::{Cache, CacheEntry};
@@ -15,7 +16,7 @@ use crate::graph::Graph;
 
 /// Large pipelines rewrite the manifest at most this often; `events.jsonl` is appended for every node.
 const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
-/// Below this many nodes the manifest is rewritten after every node.
+/// Below this many nodes the manifest is rewritten after every node that runs.
 const SMALL_PIPELINE: usize = 1000;
 
 /// Facts about the run that the engine cannot know by itself.
@@ -201,17 +202,24 @@ impl RunDir {
         Ok(())
     }
 
-    /// Rewrites the manifest now when the pipeline is small or the last write is old enough.
-    pub fn checkpoint(&mut self) -> io::Result<()> {
-        if self.manifest.nodes.len() < SMALL_PIPELINE
+    /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
+    ///
+    /// Atomic but not fsynced: the cache is the durable record of completed work, the manifest a view of it
+    /// (written durably by `finish`).
+    /// `ran`: a node finished or failed (always written for small pipelines); false for a cache hit, which
+    /// is written at most every `MANIFEST_INTERVAL` like everything in large pipelines.
+    pub fn checkpoint(&mut self, ran: bool) -> io::Result<()> {
+        if (ran && self.manifest.nodes.len() < SMALL_PIPELINE)
             || self.last_manifest_write.elapsed() >= MANIFEST_INTERVAL
         {
-            self.write_manifest()?;
+            let bytes = serde_json::to_vec_pretty(&self.manifest).map_err(io::Error::other)?;
+            atomic_replace(&self.dir.join("manifest.json"), &bytes)?;
             self.last_manifest_write = Instant::now();
         }
         Ok(())
     }
 
+    /// Writes the manifest durably.
     pub fn write_manifest(&self) -> io::Result<()> {
         let bytes = serde_json::to_vec_pretty(&self.manifest).map_err(io::Error::other)?;
         atomic_write(&self.dir.join("manifest.json"), &bytes)

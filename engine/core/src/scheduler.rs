@@ -293,7 +293,7 @@ pub fn run(
                                 &position,
                             );
                             summary.cached += 1;
-                            run_dir.checkpoint()?;
+                            run_dir.checkpoint(false)?;
                             launched_any = true;
                             continue;
                         }
@@ -405,7 +405,7 @@ pub fn run(
                     }
                 }
             }
-            run_dir.checkpoint()?;
+            run_dir.checkpoint(true)?;
         }
         Ok(())
     })?;
@@ -575,7 +575,8 @@ fn execute_with_retries(
     if let Some(parent) = log.parent() {
         fs::create_dir_all(parent).map_err(io)?;
     }
-    fs::write(log, b"").map_err(io)?;
+    // A fresh log for this run; the kind appends to it.
+    fs::File::create(log).map_err(io)?;
     let mut attempt = 0;
     loop {
         let staging = engine.cache.staging_dir(&spec.id).map_err(io)?;

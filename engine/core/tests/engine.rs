@@ -49,7 +49,7 @@ impl Executor for Pure {
         for path in &job.spec.inputs {
             hasher.update(&std::fs::read(path).map_err(|e| NodeError::permanent(e.to_string()))?);
         }
-        if job.spec.config.get("constant").is_none() {
+        if !job.spec.config.contains_key("constant") {
             for dir in job.inputs.values() {
                 let bytes = std::fs::read(dir.join("out"))
                     .map_err(|e| NodeError::permanent(e.to_string()))?;
@@ -290,4 +290,47 @@ fn transient_failures_are_retried_and_only_success_is_cached() {
     assert!(outputs.contains_key("flaky"));
     let (again, _) = run_all(root, &root.join("cache"), &[flaky]);
     assert!(again.is_empty(), "the success was cached");
+}
+
+#[test]
+fn verify_names_corrupt_blobs_ignores_torn_temporaries_and_gc_frees_unreferenced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let cache_dir = root.join("cache");
+    run_all(
+        root,
+        &cache_dir,
+        &[node("a", &[], 1, vec![]), node("b", &[], 2, vec![])],
+    );
+    let cache = Cache::open(&cache_dir).expect("cache");
+    let clean = cache.verify().expect("verify");
+    assert_eq!((clean.entries, clean.corrupt.len()), (2, 0));
+
+    // A write cut short by a kill leaves a temporary: not an entry, not corruption.
+    let entries = cache_dir.join("entries");
+    let some_dir = std::fs::read_dir(&entries)
+        .expect("entries")
+        .flatten()
+        .next()
+        .expect("a shard")
+        .path();
+    std::fs::write(some_dir.join("deadbeef.json.123.part"), b"{ torn").expect("write temp");
+    assert!(cache.verify().expect("verify").corrupt.is_empty());
+
+    // A blob whose content changed is named.
+    let a = cache.latest_for("a").expect("entry of a");
+    let blob = cache.blob_path(&a.outputs["out"].hash);
+    std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(&blob, b"bit rot").expect("corrupt");
+    let report = cache.verify().expect("verify");
+    assert_eq!(report.corrupt.len(), 1, "{report:?}");
+    assert_eq!(report.corrupt[0].path, blob);
+
+    let freed = cache
+        .gc(&std::collections::HashSet::from([a.key.clone()]))
+        .expect("gc");
+    assert_eq!(freed.entries_removed, 1, "b's entry goes, a's stays");
+    assert!(cache.get(&a.key).is_some());
+    assert!(cache.latest_for("b").is_none());
 }

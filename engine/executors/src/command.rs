@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
 use std::path::PathBuf;
 
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
@@ -126,7 +127,6 @@ impl Executor for CommandKind {
                 .map(|(id, dir)| (dep_variable(id), dir.display().to_string())),
         );
         env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let stdout = job.out_dir.join(".stdout");
         let spawn = Spawn {
             program,
             args,
@@ -136,27 +136,30 @@ impl Executor for CommandKind {
                 .as_ref()
                 .map(|c| job.root.join(c))
                 .unwrap_or_else(|| job.root.to_owned()),
-            stdout: stdout.clone(),
             log: job.log.to_owned(),
             timeout: spec.timeout,
             grace: Grace::default(),
         };
-        let ending = process::run(&spawn, job.cancel).map_err(|e| {
+        let finished = process::run(&spawn, job.cancel).map_err(|e| {
             NodeError::permanent(format!(
                 "node `{}`: cannot run {}: {e}",
                 spec.id,
                 spawn.program.display()
             ))
         })?;
-        let captured = fs::read_to_string(&stdout).unwrap_or_default();
+        let captured = String::from_utf8_lossy(&finished.stdout);
         // The log holds stderr as it happened, then stdout, so one file tells the whole story.
         if !captured.is_empty() {
-            let mut log = fs::read(job.log).unwrap_or_default();
-            log.extend_from_slice(b"--- stdout ---\n");
-            log.extend_from_slice(captured.as_bytes());
-            fs::write(job.log, log).map_err(|e| NodeError::permanent(e.to_string()))?;
+            let appended = fs::OpenOptions::new()
+                .append(true)
+                .open(job.log)
+                .and_then(|mut log| {
+                    log.write_all(b"--- stdout ---\n")?;
+                    log.write_all(&finished.stdout)
+                });
+            appended.map_err(|e| NodeError::permanent(format!("{}: {e}", job.log.display())))?;
         }
-        let _ = fs::remove_file(&stdout);
+        let ending = finished.ending;
         match ending {
             Ending::Exited(code) if config.success_codes.contains(&code) => {}
             Ending::Exited(EX_TEMPFAIL) => {

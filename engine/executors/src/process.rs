@@ -1,5 +1,5 @@
-//! The one place fracflow starts processes: own process group, dies with the engine, output to the node's log,
-//! timeout and cancellation with SIGINT → SIGTERM → SIGKILL escalation.
+//! The one place fracflow starts processes: own process group, dies with the engine, stderr to the node's log,
+//! stdout captured, timeout and cancellation with SIGINT → SIGTERM → SIGKILL escalation.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -37,6 +37,13 @@ pub enum Ending {
     Cancelled,
 }
 
+/// How a process ended and what it printed on stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub ending: Ending,
+    pub stdout: Vec<u8>,
+}
+
 /// A process to run.
 #[derive(Debug, Clone)]
 pub struct Spawn {
@@ -44,8 +51,7 @@ pub struct Spawn {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
-    /// stdout goes here; stderr goes to `log`.
-    pub stdout: PathBuf,
+    /// stderr is appended here as it happens.
     pub log: PathBuf,
     pub timeout: Option<Duration>,
     pub grace: Grace,
@@ -56,11 +62,11 @@ fn append(path: &Path) -> io::Result<File> {
 }
 
 /// Runs the process to its end, a timeout or cancellation; never leaves it running.
-pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Ending> {
+pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
     let mut expression = duct::cmd(&spawn.program, &spawn.args)
         .dir(&spawn.cwd)
         .stdin_null()
-        .stdout_file(append(&spawn.stdout)?)
+        .stdout_capture()
         .stderr_file(append(&spawn.log)?)
         .unchecked();
     for (key, value) in &spawn.env {
@@ -86,19 +92,22 @@ pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Ending> {
     let started = Instant::now();
     loop {
         if let Some(output) = handle.wait_timeout(CANCEL_POLL)? {
-            return Ok(ending_of(output.status));
+            return Ok(Finished {
+                ending: ending_of(output.status),
+                stdout: output.stdout.clone(),
+            });
         }
         let timed_out = spawn
             .timeout
             .is_some_and(|limit| started.elapsed() >= limit);
         if timed_out || cancel.is_cancelled() {
-            let pids = handle.pids();
-            stop_group(&pids, spawn.grace, &handle)?;
-            return Ok(if timed_out {
+            let stdout = stop_group(&handle.pids(), spawn.grace, &handle)?;
+            let ending = if timed_out {
                 Ending::TimedOut
             } else {
                 Ending::Cancelled
-            });
+            };
+            return Ok(Finished { ending, stdout });
         }
     }
 }
@@ -112,8 +121,9 @@ fn ending_of(status: std::process::ExitStatus) -> Ending {
     }
 }
 
-/// SIGINT, then SIGTERM, then SIGKILL to the children's process groups, each after its grace period.
-fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<()> {
+/// SIGINT, then SIGTERM, then SIGKILL to the children's process groups, each after its grace period;
+/// returns what the process printed until it ended.
+fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<Vec<u8>> {
     let signal_all = |signal: i32| {
         for &pid in pids {
             // SAFETY: killpg only sends a signal; the group id is our own child's (process_group(0) above).
@@ -127,11 +137,10 @@ fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<(
         (libc::SIGTERM, grace.after_terminate),
     ] {
         signal_all(signal);
-        if handle.wait_timeout(wait)?.is_some() {
-            return Ok(());
+        if let Some(output) = handle.wait_timeout(wait)? {
+            return Ok(output.stdout.clone());
         }
     }
     signal_all(libc::SIGKILL);
-    handle.wait()?;
-    Ok(())
+    Ok(handle.wait()?.stdout.clone())
 }

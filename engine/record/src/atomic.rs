@@ -4,8 +4,19 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory.
+/// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory:
+/// atomic against kills and durable across power loss.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// Like [`atomic_write`] but without the fsyncs: atomic against kills (a reader sees the old or the new
+/// content), not durable across power loss. For views that are rewritten often and rebuilt from durable state.
+pub fn atomic_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -23,9 +34,11 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let result = (|| {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
-        fsync_dir(dir)
+        if durable { fsync_dir(dir) } else { Ok(()) }
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);

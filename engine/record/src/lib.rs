@@ -4,7 +4,7 @@ pub mod atomic;
 pub mod event;
 pub mod manifest;
 
-pub use atomic::{atomic_write, fsync_dir};
+pub use atomic::{atomic_replace, atomic_write, fsync_dir};
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 

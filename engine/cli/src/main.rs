@@ -1,0 +1,657 @@
+//! The `fracflow` command: parses arguments, wires the loader, the core and the executors together, renders
+//! every error in one place and maps outcomes to the exit codes in `exit.rs`.
+
+mod exit;
+mod project;
+mod reporter;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fracflow_core::graph::NodeIndex;
+use fracflow_core::plan::{Verdict, Why};
+use fracflow_core::{Cache, Cancel, Engine, Graph, RunDir, RunOptions, StatCache, TestbedLock};
+use fracflow_executors::Registry;
+use fracflow_loader::{LoadOptions, Loaded};
+use fracflow_record::{RunManifest, RunStatus};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fracflow",
+    version,
+    about = "Rebuild, re-measure and re-plot hardware research artifacts as a content-hashed DAG"
+)]
+struct Cli {
+    /// Project root (default: FRACFLOW_ROOT, else the nearest folder above with a `pipelines/` folder).
+    #[arg(long, global = true)]
+    root: Option<PathBuf>,
+    /// Cache directory (default: FRACFLOW_CACHE, else <root>/.fracflow/cache).
+    #[arg(long, global = true)]
+    cache: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Select {
+    /// A target (fig16), a pipeline name (demo), PIPELINE:TARGET, or a pipeline file.
+    target: String,
+    /// The reduced sweep declared under `variants: smoke`.
+    #[arg(long)]
+    smoke: bool,
+    /// Any variant declared under `variants:`.
+    #[arg(long, conflicts_with = "smoke")]
+    variant: Option<String>,
+    /// Keep only these swept values: KEY=V1,V2 (repeatable).
+    #[arg(long = "only", value_name = "KEY=V1,V2")]
+    only: Vec<String>,
+    /// Override a parameter: KEY=VALUE (repeatable; VALUE is read as YAML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Testbed profile from hw/testbeds/.
+    #[arg(long, default_value = "emulated")]
+    testbed: String,
+    /// Run these nodes even when cached (node id or glob; repeatable).
+    #[arg(long, value_name = "GLOB")]
+    rerun: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Build, run and measure what TARGET needs; everything cached is reused.
+    Run {
+        #[command(flatten)]
+        select: Select,
+        /// Core budget for parallel nodes (default: the number of cores).
+        #[arg(long, short = 'j')]
+        jobs: Option<usize>,
+        /// After a failure, go on with branches that do not depend on it.
+        #[arg(long)]
+        keep_going: bool,
+        /// Keep writing into this run directory instead of a new one.
+        #[arg(long, value_name = "RUN_DIR")]
+        resume: Option<PathBuf>,
+        /// Stream events as JSON lines on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print what `run` would do and why, with estimated time and disk; touches nothing.
+    Plan {
+        #[command(flatten)]
+        select: Select,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Name the fingerprint fields of NODE that differ from its newest cached entry.
+    Why {
+        /// Node id, e.g. `measure[m=1024,n=4]`.
+        node: String,
+        /// The pipeline (or target) holding the node; default: every pipeline is searched.
+        #[arg(long)]
+        pipeline: Option<String>,
+        #[arg(long, default_value = "emulated")]
+        testbed: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the DAG of TARGET.
+    Graph {
+        #[command(flatten)]
+        select: Select,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+        format: GraphFormat,
+    },
+    /// List the pipelines and their targets.
+    Targets,
+    /// Inspect or clean the cache.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CacheAction {
+    /// Re-hash every blob, check every entry, name what is corrupt.
+    Verify,
+    /// Remove every entry and blob that none of the newest runs of each pipeline references.
+    Gc {
+        /// How many of each pipeline's newest runs keep their entries.
+        #[arg(long, default_value_t = 5)]
+        keep_runs: usize,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum GraphFormat {
+    Dot,
+    Mermaid,
+}
+
+/// An error with the exit code it maps to; everything the user sees goes through `main`'s one renderer.
+#[derive(Debug)]
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        Failure::new(exit::BAD_INPUT, format!("{error:#}"))
+    }
+}
+
+fn internal(error: impl std::fmt::Display) -> Failure {
+    Failure::new(exit::INTERNAL, format!("internal error: {error}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("{}", failure.message.trim_end());
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+struct Project {
+    root: PathBuf,
+    cache: Cache,
+    stat: StatCache,
+    kinds: Registry,
+}
+
+impl Project {
+    fn open(cli_root: Option<&Path>, cli_cache: Option<&Path>) -> Result<Project, Failure> {
+        let root = project::find_root(cli_root)?;
+        let cache_dir = project::cache_dir(&root, cli_cache);
+        let cache = Cache::open(&cache_dir).map_err(|e| {
+            Failure::new(
+                exit::INTERNAL,
+                format!("cache {}: {e}", cache_dir.display()),
+            )
+        })?;
+        let stat = StatCache::load(&cache.stat_cache_file());
+        Ok(Project {
+            root,
+            cache,
+            stat,
+            kinds: Registry::builtin(),
+        })
+    }
+
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            root: &self.root,
+            cache: &self.cache,
+            stat: &self.stat,
+            kinds: &self.kinds,
+        }
+    }
+
+    fn load(&self, select: &Select) -> Result<(Loaded, Vec<NodeIndex>), Failure> {
+        let selection = project::resolve(&self.root, &select.target)?;
+        let mut only = Vec::new();
+        for text in &select.only {
+            only.push(
+                fracflow_loader::parse_only(text)
+                    .map_err(|e| Failure::new(exit::BAD_INPUT, format!("--only {text}: {e}")))?,
+            );
+        }
+        let mut set = BTreeMap::new();
+        for text in &select.set {
+            let (key, value) = fracflow_loader::parse_set(text)
+                .map_err(|e| Failure::new(exit::BAD_INPUT, format!("--set {text}: {e}")))?;
+            set.insert(key, value);
+        }
+        let variant = if select.smoke {
+            Some("smoke".to_owned())
+        } else {
+            select.variant.clone()
+        };
+        let options = LoadOptions {
+            root: self.root.clone(),
+            variant,
+            only,
+            set,
+        };
+        let loaded = fracflow_loader::load(&selection.file, &options)
+            .map_err(|diagnostics| Failure::new(exit::BAD_INPUT, diagnostics.to_string()))?;
+        let targets = target_nodes(&loaded, selection.target.as_deref())?;
+        Ok((loaded, targets))
+    }
+}
+
+/// The node indices a target names, or every node.
+fn target_nodes(loaded: &Loaded, target: Option<&str>) -> Result<Vec<NodeIndex>, Failure> {
+    let graph: &Graph = &loaded.graph;
+    match target {
+        None => Ok(graph.topological().to_vec()),
+        Some(name) => {
+            let ids = loaded.pipeline.targets.get(name).ok_or_else(|| {
+                Failure::new(
+                    exit::BAD_INPUT,
+                    format!("pipeline `{}` has no target `{name}`", loaded.pipeline.name),
+                )
+            })?;
+            Ok(ids.iter().filter_map(|id| graph.index(id)).collect())
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    match cli.command {
+        Command::Run {
+            select,
+            jobs,
+            keep_going,
+            resume,
+            json,
+        } => {
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            run(&project, &select, jobs, keep_going, resume.as_deref(), json)
+        }
+        Command::Plan { select, json } => {
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            plan(&project, &select, json)
+        }
+        Command::Why {
+            node,
+            pipeline,
+            testbed,
+            json,
+        } => {
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            why(&project, &node, pipeline.as_deref(), &testbed, json)
+        }
+        Command::Graph { select, format } => {
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let (loaded, targets) = project.load(&select)?;
+            let closure = loaded.graph.closure(&targets);
+            let text = match format {
+                GraphFormat::Dot => loaded.graph.to_dot(Some(&closure)),
+                GraphFormat::Mermaid => loaded.graph.to_mermaid(Some(&closure)),
+            };
+            print!("{text}");
+            Ok(exit::OK)
+        }
+        Command::Targets => {
+            let root = project::find_root(cli.root.as_deref())?;
+            for entry in fracflow_loader::discover(&root) {
+                let shown = entry
+                    .path
+                    .strip_prefix(&root)
+                    .unwrap_or(&entry.path)
+                    .display()
+                    .to_string();
+                println!(
+                    "{:<24} {:<40} targets: {}",
+                    entry.name,
+                    shown,
+                    entry.targets.join(", ")
+                );
+            }
+            Ok(exit::OK)
+        }
+        Command::Cache { action } => {
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            cache(&project, action)
+        }
+    }
+}
+
+fn run_options(
+    select: &Select,
+    jobs: usize,
+    keep_going: bool,
+    testbed: BTreeMap<String, serde_json::Value>,
+) -> RunOptions {
+    RunOptions {
+        jobs,
+        keep_going,
+        rerun: select.rerun.clone(),
+        testbed,
+    }
+}
+
+fn run(
+    project: &Project,
+    select: &Select,
+    jobs: Option<usize>,
+    keep_going: bool,
+    resume: Option<&Path>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let (loaded, targets) = project.load(select)?;
+    let (_profile, testbed_fields) = project::testbed(&project.root, &select.testbed)?;
+    let command: Vec<String> = std::env::args().collect();
+    let _lock = TestbedLock::acquire(&project::lock_dir(), &select.testbed, &command.join(" "))
+        .map_err(|e| match e {
+            fracflow_core::LockError::Held { .. } => {
+                Failure::new(exit::TESTBED_BUSY, e.to_string())
+            }
+            other => internal(other),
+        })?;
+    let cancel = Cancel::new();
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(signal, cancel.flag()).map_err(internal)?;
+    }
+    let meta = fracflow_executors::host::run_meta(&project.root, command, &select.testbed);
+    let results = project.root.join("results");
+    let mut run_dir = match resume {
+        Some(dir) => RunDir::resume(dir).map_err(|e| {
+            Failure::new(exit::BAD_INPUT, format!("--resume {}: {e}", dir.display()))
+        })?,
+        None => RunDir::create(&results, &loaded.pipeline.name, &meta, &loaded.graph)
+            .map_err(internal)?,
+    };
+    let jobs = jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let options = run_options(select, jobs, keep_going, testbed_fields);
+    let mut reporter = reporter::Reporter::new(json);
+    let summary = fracflow_core::scheduler::run(
+        project.engine(),
+        &loaded.graph,
+        &targets,
+        &options,
+        &mut run_dir,
+        &mut reporter,
+        &cancel,
+    )
+    .map_err(internal)?;
+    if !json {
+        eprintln!(
+            "{} built, {} cached, {} failed, {} skipped; results in {}",
+            summary.built,
+            summary.cached,
+            summary.failed.len(),
+            summary.skipped,
+            run_dir
+                .dir()
+                .strip_prefix(&project.root)
+                .unwrap_or(run_dir.dir())
+                .display()
+        );
+        for (node, error) in &summary.failed {
+            eprintln!(
+                "error: node `{node}` failed: {error}\n  log: {}",
+                run_dir.log_path(node).display()
+            );
+        }
+    }
+    Ok(match summary.status {
+        RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted => {
+            eprintln!(
+                "fracflow: interrupted; completed nodes are cached, run the same command to continue"
+            );
+            exit::INTERRUPTED
+        }
+        RunStatus::Failed | RunStatus::Running => exit::NODE_FAILED,
+    })
+}
+
+fn human_seconds(seconds: f64) -> String {
+    if seconds < 60.0 {
+        format!("{seconds:.1}s")
+    } else if seconds < 3600.0 {
+        format!(
+            "{}m{:02}s",
+            (seconds / 60.0) as u64,
+            (seconds % 60.0) as u64
+        )
+    } else {
+        format!(
+            "{}h{:02}m",
+            (seconds / 3600.0) as u64,
+            ((seconds % 3600.0) / 60.0) as u64
+        )
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+fn plan(project: &Project, select: &Select, json: bool) -> Result<u8, Failure> {
+    let (loaded, targets) = project.load(select)?;
+    let (profile, testbed) = project::testbed(&project.root, &select.testbed)?;
+    let options = run_options(select, 1, false, testbed);
+    let items = fracflow_core::plan::plan(project.engine(), &loaded.graph, &targets, &options);
+    if json {
+        for item in &items {
+            println!("{}", serde_json::to_string(item).map_err(internal)?);
+        }
+        return Ok(exit::OK);
+    }
+    let to_run: Vec<_> = items.iter().filter(|i| i.will_run()).collect();
+    let seconds: f64 = to_run.iter().filter_map(|i| i.estimate_seconds).sum();
+    let unknown = to_run
+        .iter()
+        .filter(|i| i.estimate_seconds.is_none())
+        .count();
+    let bytes: u64 = to_run.iter().filter_map(|i| i.estimate_bytes).sum();
+    println!(
+        "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached",
+        loaded.pipeline.name,
+        select.testbed,
+        profile.description,
+        items.len(),
+        to_run.len(),
+        items.len() - to_run.len()
+    );
+    println!(
+        "estimated time {}{}, estimated disk {}",
+        human_seconds(seconds),
+        if unknown > 0 {
+            format!(" (+{unknown} nodes with no estimate)")
+        } else {
+            String::new()
+        },
+        human_bytes(bytes)
+    );
+    for item in &items {
+        let (tag, reason) = match &item.verdict {
+            Verdict::Cached { .. } => ("cached", String::new()),
+            Verdict::Run { changes, .. } if changes.is_empty() => {
+                ("run", "no cached entry".to_owned())
+            }
+            Verdict::Run { changes, .. } => (
+                "run",
+                format!(
+                    "changed: {}",
+                    changes
+                        .iter()
+                        .map(|c| c.field.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            Verdict::Forced { .. } => ("run", "forced by --rerun".to_owned()),
+            Verdict::Always { .. } => ("run", "effect: runs whenever reached".to_owned()),
+            Verdict::AfterUpstream { upstream } => {
+                ("run?", format!("after upstream: {}", upstream.join(", ")))
+            }
+            Verdict::Error { message } => ("error", message.clone()),
+        };
+        let estimate = match item.estimate_seconds {
+            Some(s) => format!("{} ({})", human_seconds(s), item.estimate_source),
+            None => "unknown".to_owned(),
+        };
+        if tag == "cached" {
+            println!("  cached  {}", item.node);
+        } else {
+            println!(
+                "  {tag:<6}  {} [{}] est {estimate}: {reason}",
+                item.node, item.kind
+            );
+            println!("          $ {}", item.command);
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn why(
+    project: &Project,
+    node: &str,
+    pipeline: Option<&str>,
+    testbed: &str,
+    json: bool,
+) -> Result<u8, Failure> {
+    let candidates: Vec<String> = match pipeline {
+        Some(name) => vec![name.to_owned()],
+        None => fracflow_loader::discover(&project.root)
+            .into_iter()
+            .map(|e| e.name)
+            .collect(),
+    };
+    let (_profile, testbed_fields) = project::testbed(&project.root, testbed)?;
+    for name in candidates {
+        let select = Select {
+            target: name,
+            smoke: false,
+            variant: None,
+            only: Vec::new(),
+            set: Vec::new(),
+            testbed: testbed.to_owned(),
+            rerun: Vec::new(),
+        };
+        let Ok((loaded, _)) = project.load(&select) else {
+            continue;
+        };
+        let Some(index) = loaded.graph.index(node) else {
+            continue;
+        };
+        let options = run_options(&select, 1, false, testbed_fields.clone());
+        let answer = fracflow_core::plan::why(project.engine(), &loaded.graph, index, &options);
+        if json {
+            println!("{}", serde_json::to_string(&answer).map_err(internal)?);
+            return Ok(exit::OK);
+        }
+        match answer {
+            Why::UpToDate { key } => println!("{node}: up to date (key {})", &key[..16]),
+            Why::NeverBuilt => println!("{node}: never built: no cached entry for this node"),
+            Why::UpstreamPending { upstream } => {
+                println!(
+                    "{node}: its key depends on nodes that have no cached result yet: {}",
+                    upstream.join(", ")
+                );
+            }
+            Why::Error { message } => return Err(Failure::new(exit::BAD_INPUT, message)),
+            Why::Changed {
+                old_key,
+                new_key,
+                changes,
+            } => {
+                println!(
+                    "{node}: key {} -> {}; changed since the newest cached entry:",
+                    &old_key[..16],
+                    &new_key[..16]
+                );
+                for change in changes {
+                    println!(
+                        "  {}: {} -> {}",
+                        change.field,
+                        change.old.as_deref().unwrap_or("(absent)"),
+                        change.new.as_deref().unwrap_or("(absent)")
+                    );
+                }
+            }
+        }
+        return Ok(exit::OK);
+    }
+    Err(Failure::new(
+        exit::BAD_INPUT,
+        format!("no pipeline has a node `{node}`"),
+    ))
+}
+
+fn cache(project: &Project, action: CacheAction) -> Result<u8, Failure> {
+    match action {
+        CacheAction::Verify => {
+            let report = project.cache.verify().map_err(internal)?;
+            for corruption in &report.corrupt {
+                println!(
+                    "corrupt: {}: {}",
+                    corruption.path.display(),
+                    corruption.reason
+                );
+            }
+            println!(
+                "cache {}: {} entries, {} blobs, {} corrupt",
+                project.cache.root().display(),
+                report.entries,
+                report.blobs,
+                report.corrupt.len()
+            );
+            Ok(if report.corrupt.is_empty() {
+                exit::OK
+            } else {
+                exit::CACHE_CORRUPT
+            })
+        }
+        CacheAction::Gc { keep_runs } => {
+            let keep = recent_keys(&project.root.join("results"), keep_runs).map_err(internal)?;
+            let report = project.cache.gc(&keep).map_err(internal)?;
+            println!(
+                "removed {} entries and {} blobs ({}); kept what the newest {keep_runs} runs of each pipeline reference",
+                report.entries_removed,
+                report.blobs_removed,
+                human_bytes(report.bytes_freed)
+            );
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// Keys referenced by the newest `per_pipeline` runs of every pipeline under `results/`.
+fn recent_keys(results: &Path, per_pipeline: usize) -> anyhow::Result<HashSet<String>> {
+    let mut keep = HashSet::new();
+    let Ok(pipelines) = std::fs::read_dir(results) else {
+        return Ok(keep);
+    };
+    for pipeline in pipelines {
+        let dir = pipeline?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("manifest.json").is_file() && !p.is_symlink())
+            .collect();
+        runs.sort();
+        for run in runs.iter().rev().take(per_pipeline) {
+            let bytes = std::fs::read(run.join("manifest.json"))?;
+            let manifest: RunManifest = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}", run.join("manifest.json").display()))?;
+            keep.extend(manifest.nodes.into_values().filter_map(|r| r.key));
+        }
+    }
+    Ok(keep)
+}

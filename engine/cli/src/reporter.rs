@@ -1,0 +1,146 @@
+//! How a run looks on a terminal: indicatif bars on a TTY, one plain line per event otherwise, JSON with `--json`.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use fracflow_core::Observer;
+use fracflow_record::EventKind;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+pub enum Reporter {
+    Bars {
+        multi: MultiProgress,
+        overall: ProgressBar,
+        running: HashMap<String, ProgressBar>,
+    },
+    Plain {
+        total: usize,
+        done: usize,
+    },
+    Json,
+}
+
+impl Reporter {
+    pub fn new(json: bool) -> Reporter {
+        if json {
+            Reporter::Json
+        } else if std::io::stderr().is_terminal() {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let overall = multi.add(ProgressBar::new(0));
+            overall.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} nodes  elapsed {elapsed}  eta {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Reporter::Bars {
+                multi,
+                overall,
+                running: HashMap::new(),
+            }
+        } else {
+            Reporter::Plain { total: 0, done: 0 }
+        }
+    }
+
+    /// Prints a line without tearing the bars.
+    fn line(&self, text: &str) {
+        match self {
+            Reporter::Bars { multi, .. } => {
+                let _ = multi.println(text);
+            }
+            _ => eprintln!("{text}"),
+        }
+    }
+}
+
+impl Observer for Reporter {
+    fn event(&mut self, event: &EventKind) {
+        if let Reporter::Json = self {
+            if let Ok(text) = serde_json::to_string(event) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{text}");
+            }
+            return;
+        }
+        let finished_one = matches!(
+            event,
+            EventKind::NodeCached { .. }
+                | EventKind::NodeFinished { .. }
+                | EventKind::NodeFailed { .. }
+                | EventKind::NodeSkipped { .. }
+        );
+        let text = match event {
+            EventKind::RunStarted {
+                pipeline,
+                run_id,
+                nodes,
+                testbed,
+            } => {
+                format!("fracflow: {pipeline} run {run_id}: {nodes} nodes on testbed `{testbed}`")
+            }
+            EventKind::NodeCached { node, .. } => format!("cached   {node}"),
+            EventKind::NodeStarted { node, .. } => format!("started  {node}"),
+            EventKind::NodeFinished { node, seconds, .. } => {
+                format!("built    {node} ({seconds:.2}s)")
+            }
+            EventKind::NodeFailed { node, error } => format!("FAILED   {node}: {error}"),
+            EventKind::NodeSkipped { node, reason } => format!("skipped  {node}: {reason}"),
+            EventKind::RunFinished { status, seconds } => {
+                format!("fracflow: run {status} in {seconds:.2}s")
+            }
+        };
+        match self {
+            Reporter::Json => {}
+            Reporter::Plain { total, done } => {
+                if let EventKind::RunStarted { nodes, .. } = event {
+                    *total = *nodes;
+                }
+                if finished_one {
+                    *done += 1;
+                    eprintln!("[{done:>5}/{total}] {text}");
+                } else {
+                    eprintln!("{text}");
+                }
+            }
+            Reporter::Bars {
+                multi,
+                overall,
+                running,
+            } => {
+                match event {
+                    EventKind::RunStarted { nodes, .. } => overall.set_length(*nodes as u64),
+                    EventKind::NodeStarted { node, .. } => {
+                        let spinner = multi.add(ProgressBar::new_spinner());
+                        spinner.set_message(node.clone());
+                        spinner.enable_steady_tick(Duration::from_millis(120));
+                        running.insert(node.clone(), spinner);
+                    }
+                    _ => {}
+                }
+                if let Some(node) = event.node()
+                    && finished_one
+                {
+                    if let Some(spinner) = running.remove(node) {
+                        spinner.finish_and_clear();
+                        multi.remove(&spinner);
+                    }
+                    overall.inc(1);
+                }
+                let quiet = matches!(
+                    event,
+                    EventKind::NodeCached { .. } | EventKind::NodeStarted { .. }
+                );
+                if !quiet {
+                    self.line(&text);
+                }
+                if let (Reporter::Bars { overall, .. }, EventKind::RunFinished { .. }) =
+                    (&*self, event)
+                {
+                    overall.finish_and_clear();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! End-to-end tests: the real `fracflow` binary on throwaway projects.
+
+mod support;
+
+mod demo;
+mod kill;
+mod lock;
+mod plan_why;
+mod tidy;

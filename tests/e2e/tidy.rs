@@ -1,0 +1,108 @@
+//! The dependency direction of engine/ARCHITECTURE.md, read from `cargo metadata`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+/// Which fracflow crates each crate may import (normal and build dependencies).
+fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    let table: [(&str, &[&str]); 12] = [
+        ("fracflow-record", &[]),
+        ("fracflow-proto", &[]),
+        ("fracflow-core", &["fracflow-record"]),
+        ("fracflow-client", &["fracflow-proto", "fracflow-record"]),
+        ("fracflow-emulator", &["fracflow-proto", "fracflow-record"]),
+        ("fracflow-aggregate", &["fracflow-record"]),
+        ("fracflow-plot", &["fracflow-record"]),
+        ("fracflow-loader", &["fracflow-core", "fracflow-record"]),
+        (
+            "fracflow-executors",
+            &[
+                "fracflow-core",
+                "fracflow-record",
+                "fracflow-proto",
+                "fracflow-client",
+                "fracflow-emulator",
+                "fracflow-aggregate",
+                "fracflow-plot",
+            ],
+        ),
+        (
+            "fracflow-cli",
+            &[
+                "fracflow-core",
+                "fracflow-record",
+                "fracflow-loader",
+                "fracflow-executors",
+                "fracflow-proto",
+                "fracflow-client",
+                "fracflow-emulator",
+                "fracflow-aggregate",
+                "fracflow-plot",
+            ],
+        ),
+        (
+            "fracflow-bench",
+            &[
+                "fracflow-core",
+                "fracflow-record",
+                "fracflow-loader",
+                "fracflow-executors",
+            ],
+        ),
+        ("fracflow-testkit", &[]),
+    ];
+    table
+        .into_iter()
+        .map(|(name, deps)| (name, deps.iter().copied().collect()))
+        .collect()
+}
+
+#[test]
+fn crates_import_only_what_the_architecture_allows() {
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace)
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("metadata JSON");
+    let allowed = allowed();
+    let mut violations = Vec::new();
+    let packages = metadata["packages"].as_array().expect("packages");
+    assert!(packages.len() >= 5, "expected the workspace's crates");
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or_default();
+        let Some(permitted) = allowed.get(name) else {
+            violations.push(format!(
+                "{name}: not in the dependency table of tests/e2e/tidy.rs and ARCHITECTURE.md"
+            ));
+            continue;
+        };
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let dep_name = dep["name"].as_str().unwrap_or_default();
+            let is_dev = dep["kind"].as_str() == Some("dev");
+            if dep_name.starts_with("fracflow-") && !is_dev && !permitted.contains(dep_name) {
+                violations.push(format!(
+                    "{name} imports {dep_name}, which the architecture forbids"
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "dependency direction violated:\n{}",
+        violations.join("\n")
+    );
+}
