@@ -61,3 +61,50 @@ fn demo_smoke_runs_then_is_a_no_op() {
         text(&changed)
     );
 }
+
+#[test]
+fn timeouts_are_transient_retried_then_reported_and_resume_continues_a_run_dir() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/slow.yaml",
+        "pipeline: slow\nnodes:\n  hang:\n    kind: command\n    timeout: 200ms\n    retries: 1\n    run: echo attempt >> \"$FRACFLOW_ROOT/attempts\"; sleep 5\n  ok:\n    kind: command\n    outputs: [o]\n    run: echo fine > \"$FRACFLOW_OUT/o\"\n",
+    );
+    let failed = sandbox.run(&["run", "slow", "--keep-going"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    assert!(
+        text(&failed).contains("`hang` timed out after 200ms"),
+        "{}",
+        text(&failed)
+    );
+    let attempts = std::fs::read_to_string(sandbox.path().join("attempts")).expect("attempts");
+    assert_eq!(attempts.lines().count(), 2, "first attempt + one retry");
+    assert!(
+        text(&failed).contains("1 built"),
+        "--keep-going ran the independent node: {}",
+        text(&failed)
+    );
+
+    let run_dir =
+        std::fs::canonicalize(sandbox.results("slow").join("latest")).expect("latest run");
+    sandbox.write("pipelines/slow.yaml", "pipeline: slow\nnodes:\n  ok:\n    kind: command\n    outputs: [o]\n    run: echo fine > \"$FRACFLOW_OUT/o\"\n");
+    let resumed = sandbox.run(&[
+        "run",
+        "slow",
+        "--resume",
+        run_dir.to_str().expect("utf-8 path"),
+    ]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(
+        manifest["resumed"].as_array().map(Vec::len),
+        Some(1),
+        "{manifest}"
+    );
+    assert_eq!(manifest["status"], "succeeded");
+    assert_eq!(manifest["nodes"]["ok"]["status"], "cached");
+
+    let graph = sandbox.run(&["graph", "slow", "--format", "mermaid"]);
+    assert_eq!(text(&graph), "flowchart LR\n  n0[\"ok (command)\"]\n");
+}

@@ -27,6 +27,8 @@ pub struct Fingerprint {
     pub tools: BTreeMap<String, String>,
     /// Testbed fields that change results.
     pub testbed: BTreeMap<String, serde_json::Value>,
+    /// The devices and hosts the node runs on (`device:fpga0`): where a measurement ran changes its result.
+    pub placement: Vec<String>,
 }
 
 /// One field that differs between two fingerprints.
@@ -126,6 +128,7 @@ mod tests {
             upstream: BTreeMap::new(),
             tools: BTreeMap::new(),
             testbed: BTreeMap::new(),
+            placement: Vec::new(),
         }
     }
 

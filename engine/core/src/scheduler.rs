@@ -127,6 +127,7 @@ impl Engine<'_> {
             } else {
                 BTreeMap::new()
             },
+            placement: exclusive(spec).map(|r| r.to_string()).collect(),
         })
     }
 }

@@ -334,3 +334,126 @@ fn verify_names_corrupt_blobs_ignores_torn_temporaries_and_gc_frees_unreferenced
     assert!(cache.get(&a.key).is_some());
     assert!(cache.latest_for("b").is_none());
 }
+
+/// Records when each node ran; holds for `hold_ms` so overlaps are observable.
+#[derive(Default)]
+struct Timed {
+    spans: Mutex<Vec<(String, std::time::Instant, std::time::Instant)>>,
+}
+
+impl Executor for Timed {
+    fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        Ok(KindInfo {
+            version: 1,
+            tools: BTreeMap::new(),
+            cacheable: true,
+        })
+    }
+    fn describe(&self, spec: &NodeSpec) -> String {
+        spec.id.clone()
+    }
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        let start = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        std::fs::write(job.out_dir.join("out"), job.spec.id.as_bytes())
+            .map_err(|e| NodeError::permanent(e.to_string()))?;
+        self.spans
+            .lock()
+            .map_err(|e| NodeError::permanent(e.to_string()))?
+            .push((job.spec.id.clone(), start, std::time::Instant::now()));
+        Ok(Outcome::default())
+    }
+}
+
+impl Kinds for Timed {
+    fn executor(&self, _kind: &str) -> Option<&dyn Executor> {
+        Some(self)
+    }
+}
+
+fn overlaps(spans: &[(String, std::time::Instant, std::time::Instant)], a: &str, b: &str) -> bool {
+    let find = |id: &str| {
+        spans
+            .iter()
+            .find(|s| s.0 == id)
+            .map(|s| (s.1, s.2))
+            .expect("span")
+    };
+    let (a0, a1) = find(a);
+    let (b0, b1) = find(b);
+    a0 < b1 && b0 < a1
+}
+
+#[test]
+fn exclusive_resources_serialise_and_the_core_budget_bounds_parallelism() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    // Distinct values: identical fingerprints would rightly share one cached result.
+    let with = |id: &str, resources: &[&str]| {
+        let value = id.bytes().fold(0u64, |acc, b| acc.wrapping_mul(131).wrapping_add(u64::from(b)));
+        let mut spec = node(id, &[], value, vec![]);
+        spec.resources = resources
+            .iter()
+            .map(|r| fracflow_core::Resource::parse(r).expect("resource"))
+            .collect();
+        spec
+    };
+    let nodes = vec![
+        with("dev_a", &["device:fpga0"]),
+        with("dev_b", &["device:fpga0"]),
+        with("other_device", &["device:fpga1"]),
+        with("wide", &["cores:4"]),
+        with("free", &[]),
+    ];
+    let graph = Graph::build(nodes).expect("graph");
+    let cache = Cache::open(&root.join("cache")).expect("cache");
+    let stat = StatCache::load(&cache.stat_cache_file());
+    let kinds = Timed::default();
+    let engine = Engine {
+        root,
+        cache: &cache,
+        stat: &stat,
+        kinds: &kinds,
+    };
+    let meta = RunMeta {
+        engine_version: "t".into(),
+        command: vec![],
+        host: "t".into(),
+        testbed: "t".into(),
+        git: None,
+    };
+    let mut run_dir = RunDir::create(&root.join("results"), "res", &meta, &graph).expect("run dir");
+    let options = RunOptions {
+        jobs: 4,
+        keep_going: false,
+        rerun: vec![],
+        testbed: BTreeMap::new(),
+    };
+    let summary = fracflow_core::scheduler::run(
+        engine,
+        &graph,
+        graph.topological(),
+        &options,
+        &mut run_dir,
+        &mut Quiet,
+        &Cancel::new(),
+    )
+    .expect("run");
+    let events = std::fs::read_to_string(run_dir.dir().join("events.jsonl")).expect("events");
+    assert_eq!(summary.built, 5, "{summary:?}\n{events}");
+    let spans = kinds.spans.into_inner().expect("lock");
+    assert!(
+        !overlaps(&spans, "dev_a", "dev_b"),
+        "one device, one node at a time"
+    );
+    assert!(
+        overlaps(&spans, "dev_a", "other_device") || overlaps(&spans, "dev_b", "other_device"),
+        "other devices run beside it"
+    );
+    for other in ["dev_a", "dev_b", "other_device", "free"] {
+        assert!(
+            !overlaps(&spans, "wide", other),
+            "cores:4 of a budget of 4 runs alone"
+        );
+    }
+}
