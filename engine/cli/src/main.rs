@@ -158,6 +158,13 @@ fn internal(error: impl std::fmt::Display) -> Failure {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(fracflow_executors::process::TRAMPOLINE_VERB) {
+        return trampoline(&args[2..]);
+    }
+    if let Ok(binary) = std::env::current_exe() {
+        fracflow_executors::process::use_trampoline(binary);
+    }
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
@@ -166,6 +173,20 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// `fracflow __exec PPID PROGRAM ARGS…`: how the engine starts commands (see `process::use_trampoline`).
+fn trampoline(args: &[String]) -> ExitCode {
+    let (Some(parent), Some(program)) = (args.first().and_then(|p| p.parse().ok()), args.get(1))
+    else {
+        eprintln!("fracflow: usage: fracflow __exec PPID PROGRAM [ARGS…] (internal)");
+        return ExitCode::from(exit::BAD_INPUT);
+    };
+    let error =
+        fracflow_executors::process::exec_with_parent_death_signal(parent, program, &args[2..]);
+    eprintln!("fracflow: cannot run {program}: {error}");
+    // 127: the shell's code for a command that could not be run.
+    ExitCode::from(127)
 }
 
 struct Project {

@@ -173,6 +173,8 @@ pub fn run(
         .map(|&i| (i, graph.dependencies(i).count()))
         .collect();
     let mut ready: BTreeSet<(usize, NodeIndex)> = BTreeSet::new();
+    // Nodes whose key is known and missing from the cache, waiting for cores or their device.
+    let mut runnable: BTreeMap<(usize, NodeIndex), Fingerprint> = BTreeMap::new();
     for &index in &selected {
         if waiting_on[&index] == 0 {
             ready.insert((position[&index], index));
@@ -217,137 +219,139 @@ pub fn run(
             if cancel.is_cancelled() {
                 stop_launching = true;
             }
-            // Launch or resolve from the cache every ready node that fits.
-            if !stop_launching {
-                let mut launched_any = true;
-                while launched_any {
-                    launched_any = false;
-                    let candidates: Vec<(usize, NodeIndex)> = ready.iter().copied().collect();
-                    for (pos, index) in candidates {
-                        if cancel.is_cancelled() || stop_launching {
-                            break;
-                        }
-                        let spec = graph.spec(index);
-                        let cores = node_cores(spec, budget);
-                        if running > 0 && (cores_in_use + cores > budget || conflicts(spec, &held))
-                        {
-                            continue;
-                        }
-                        ready.remove(&(pos, index));
-                        let upstream: BTreeMap<String, String> = graph
-                            .dependencies(index)
-                            .filter_map(|d| match &state[&d] {
-                                State::Done(hash) => Some((graph.spec(d).id.clone(), hash.clone())),
-                                _ => None,
-                            })
-                            .collect();
-                        let prepared = engine.kind_info(spec).and_then(|info| {
-                            engine
-                                .fingerprint(spec, &info, upstream, &options.testbed)
-                                .map(|f| (info, f))
-                        });
-                        let (info, fingerprint) = match prepared {
-                            Ok(pair) => pair,
-                            Err(error) => {
-                                fail(
-                                    graph,
-                                    index,
-                                    &error,
-                                    &mut state,
-                                    run_dir,
-                                    &mut summary,
-                                    observer,
-                                    &mut emit,
-                                )?;
-                                if !options.keep_going {
-                                    stop_launching = true;
-                                }
-                                launched_any = true;
-                                break;
-                            }
-                        };
-                        let key = fingerprint.key();
-                        let forced = options.rerun.iter().any(|p| matches_pattern(p, &spec.id));
-                        if info.cacheable
-                            && !forced
-                            && let Some(entry) = engine.cache.get(&key)
-                        {
-                            run_dir.publish(engine.cache, &entry)?;
-                            let record = run_dir.record_mut(&spec.id, &spec.kind);
-                            record.status = NodeStatus::Cached;
-                            record.seconds = Some(entry.seconds);
-                            emit(
-                                run_dir,
-                                observer,
-                                EventKind::NodeCached {
-                                    node: spec.id.clone(),
-                                    key,
-                                },
-                            )?;
-                            complete(
-                                graph,
-                                index,
-                                entry.output_hash,
-                                &mut state,
-                                &mut waiting_on,
-                                &mut ready,
-                                &position,
-                            );
-                            summary.cached += 1;
-                            run_dir.checkpoint(false)?;
-                            launched_any = true;
-                            continue;
-                        }
-                        // Run it.
-                        state.insert(index, State::Running);
-                        running += 1;
-                        cores_in_use += cores;
-                        held.extend(exclusive(spec));
-                        let record = run_dir.record_mut(&spec.id, &spec.kind);
-                        record.status = NodeStatus::Running;
-                        record.key = Some(key.clone());
-                        record.started = Some(now_rfc3339());
-                        record.log =
-                            Some(format!("logs/{}.log", crate::run::node_dir_name(&spec.id)));
-                        emit(
+            // Newly ready nodes get their key once: a hit completes now (it needs no core), a miss waits to run.
+            while !stop_launching && !cancel.is_cancelled() {
+                let Some((pos, index)) = ready.pop_first() else {
+                    break;
+                };
+                let spec = graph.spec(index);
+                let upstream: BTreeMap<String, String> = graph
+                    .dependencies(index)
+                    .filter_map(|d| match &state[&d] {
+                        State::Done(hash) => Some((graph.spec(d).id.clone(), hash.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                let prepared = engine.kind_info(spec).and_then(|info| {
+                    engine
+                        .fingerprint(spec, &info, upstream, &options.testbed)
+                        .map(|f| (info, f))
+                });
+                let (info, fingerprint) = match prepared {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        fail(
+                            graph,
+                            index,
+                            &error,
+                            &mut state,
                             run_dir,
+                            &mut summary,
                             observer,
-                            EventKind::NodeStarted {
-                                node: spec.id.clone(),
-                                key,
-                                attempt: 0,
-                            },
+                            &mut emit,
                         )?;
-                        let inputs: BTreeMap<String, PathBuf> = graph
-                            .dependencies(index)
-                            .map(|d| {
-                                let id = graph.spec(d).id.clone();
-                                let dir = run_dir.outputs_dir(&id);
-                                (id, dir)
-                            })
-                            .collect();
-                        let log = run_dir.log_path(&spec.id);
-                        let sender = sender.clone();
-                        let cancel = cancel.clone();
-                        scope.spawn(move || {
-                            let started = Instant::now();
-                            let result = execute_with_retries(
-                                engine,
-                                spec,
-                                &fingerprint,
-                                &inputs,
-                                &log,
-                                &cancel,
-                            );
-                            let _ = sender.send(Finished {
-                                index,
-                                result,
-                                seconds: started.elapsed().as_secs_f64(),
-                            });
-                        });
-                        launched_any = true;
+                        if !options.keep_going {
+                            stop_launching = true;
+                        }
+                        continue;
                     }
+                };
+                let key = fingerprint.key();
+                let forced = options.rerun.iter().any(|p| matches_pattern(p, &spec.id));
+                if info.cacheable
+                    && !forced
+                    && let Some(entry) = engine.cache.get(&key)
+                {
+                    run_dir.publish(engine.cache, &entry)?;
+                    let record = run_dir.record_mut(&spec.id, &spec.kind);
+                    record.status = NodeStatus::Cached;
+                    record.seconds = Some(entry.seconds);
+                    emit(
+                        run_dir,
+                        observer,
+                        EventKind::NodeCached {
+                            node: spec.id.clone(),
+                            key,
+                        },
+                    )?;
+                    complete(
+                        graph,
+                        index,
+                        entry.output_hash,
+                        &mut state,
+                        &mut waiting_on,
+                        &mut ready,
+                        &position,
+                    );
+                    summary.cached += 1;
+                    run_dir.checkpoint(false)?;
+                    continue;
                 }
+                runnable.insert((pos, index), fingerprint);
+            }
+            // Launch runnable nodes in declaration order while the core budget has room; a node whose device
+            // or host is busy is passed over, not waited for. The scan stops as soon as the budget is full.
+            let mut cursor = runnable.keys().next().copied();
+            while let Some(at) = cursor {
+                if stop_launching
+                    || cancel.is_cancelled()
+                    || (running > 0 && cores_in_use >= budget)
+                {
+                    break;
+                }
+                let Some((&(pos, index), _)) = runnable.range(at..).next() else {
+                    break;
+                };
+                cursor = runnable.range((pos, index)..).nth(1).map(|(k, _)| *k);
+                let spec = graph.spec(index);
+                let cores = node_cores(spec, budget);
+                if running > 0 && (cores_in_use + cores > budget || conflicts(spec, &held)) {
+                    continue;
+                }
+                let Some(fingerprint) = runnable.remove(&(pos, index)) else {
+                    continue;
+                };
+                let key = fingerprint.key();
+                // Run it.
+                state.insert(index, State::Running);
+                running += 1;
+                cores_in_use += cores;
+                held.extend(exclusive(spec));
+                let record = run_dir.record_mut(&spec.id, &spec.kind);
+                record.status = NodeStatus::Running;
+                record.key = Some(key.clone());
+                record.started = Some(now_rfc3339());
+                record.log = Some(format!("logs/{}.log", crate::run::node_dir_name(&spec.id)));
+                emit(
+                    run_dir,
+                    observer,
+                    EventKind::NodeStarted {
+                        node: spec.id.clone(),
+                        key,
+                        attempt: 0,
+                    },
+                )?;
+                let inputs: BTreeMap<String, PathBuf> = graph
+                    .dependencies(index)
+                    .map(|d| {
+                        let id = graph.spec(d).id.clone();
+                        let dir = run_dir.outputs_dir(&id);
+                        (id, dir)
+                    })
+                    .collect();
+                let log = run_dir.log_path(&spec.id);
+                let sender = sender.clone();
+                let cancel = cancel.clone();
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let result =
+                        execute_with_retries(engine, spec, &fingerprint, &inputs, &log, &cancel);
+                    let _ = sender.send(Finished {
+                        index,
+                        result,
+                        seconds: started.elapsed().as_secs_f64(),
+                    });
+                });
             }
             if running == 0 {
                 break;

@@ -390,7 +390,9 @@ fn exclusive_resources_serialise_and_the_core_budget_bounds_parallelism() {
     let root = dir.path();
     // Distinct values: identical fingerprints would rightly share one cached result.
     let with = |id: &str, resources: &[&str]| {
-        let value = id.bytes().fold(0u64, |acc, b| acc.wrapping_mul(131).wrapping_add(u64::from(b)));
+        let value = id.bytes().fold(0u64, |acc, b| {
+            acc.wrapping_mul(131).wrapping_add(u64::from(b))
+        });
         let mut spec = node(id, &[], value, vec![]);
         spec.resources = resources
             .iter()
