@@ -1,0 +1,446 @@
+//! What the device holds: the programmed image, the kernels in the slots, the
+//! reconfiguration controller with its HBM, and the plugin store.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use fracflow_proto::{
+    ControllerCommand, ControllerRequest, ControllerResponse, ErrorCode, QueryStatus,
+    RequestHeader, SLOT_COUNT,
+};
+
+use crate::design::{BuildId, DesignManifest};
+use crate::error::{Error, Result, io_err};
+use crate::hbm::Hbm;
+use crate::image::{FullImage, PartialImage};
+use crate::kernel::Kernel;
+
+/// A kernel in a slot and the RM it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotEntry {
+    pub kernel: Arc<Kernel>,
+    pub rm_id: u32,
+}
+
+/// The programmed image.
+#[derive(Debug)]
+pub(crate) enum Programmed {
+    /// Nothing programmed yet.
+    Empty,
+    /// The bypass image: the network layer echoes every byte.
+    Bypass,
+    /// An fRAC design.
+    Design(Box<DesignState>),
+}
+
+/// The reconfiguration controller's registers and its HBM.
+#[derive(Debug)]
+pub(crate) struct ControllerState {
+    pub hbm: Hbm,
+    last_slot_id: u8,
+    last_error: ErrorCode,
+    prdone_seen: bool,
+    prerror_seen: bool,
+    last_cycles: u64,
+}
+
+impl ControllerState {
+    fn new(hbm_budget: usize) -> ControllerState {
+        ControllerState {
+            hbm: Hbm::new(hbm_budget),
+            last_slot_id: 0,
+            last_error: ErrorCode::Ok,
+            prdone_seen: false,
+            prerror_seen: false,
+            last_cycles: 0,
+        }
+    }
+
+    fn query(&self) -> QueryStatus {
+        QueryStatus {
+            query_result: ErrorCode::Ok,
+            // A reconfiguration holds the controller lock, so a query can
+            // never observe one in progress (as on the board, frac §9).
+            reconf_active: false,
+            last_slot_id: self.last_slot_id,
+            last_error: self.last_error,
+            icap_avail: true,
+            prdone_seen: self.prdone_seen,
+            prerror_seen: self.prerror_seen,
+            last_cycles: self.last_cycles,
+            active_cycles: 0,
+        }
+    }
+}
+
+/// A programmed fRAC design.
+#[derive(Debug)]
+pub(crate) struct DesignState {
+    pub build_id: BuildId,
+    pub manifest: DesignManifest,
+    slots: RwLock<Vec<Option<SlotEntry>>>,
+    controller: Mutex<ControllerState>,
+}
+
+/// What the controller path wants the connection to do.
+pub(crate) enum ControllerOutcome {
+    /// Send this line; `note` is logged as a warning when present.
+    Answer {
+        line: [u8; 64],
+        note: Option<String>,
+        info: Option<String>,
+    },
+    /// Close the connection with this warning (the board would hang).
+    Close(String),
+}
+
+impl DesignState {
+    /// The kernel in `slot`, if the design has a cell there.
+    pub fn slot(&self, slot: u8) -> Option<SlotEntry> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots.get(usize::from(slot)).cloned().flatten()
+    }
+
+    /// `(slot, rm id, unit)` of every occupied slot.
+    pub fn occupancy(&self) -> Vec<Option<(u32, &'static str)>> {
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .map(|s| s.as_ref().map(|e| (e.rm_id, e.kernel.unit().name())))
+            .collect()
+    }
+
+    /// Serves one controller request: its header and body (command line and
+    /// padded payload).
+    pub fn controller(
+        &self,
+        header: &RequestHeader,
+        body: &[u8],
+        plugins: &Mutex<PluginStore>,
+    ) -> ControllerOutcome {
+        let command = match ControllerRequest::from_request(header, body) {
+            Ok(command) => command,
+            Err(e) => {
+                return ControllerOutcome::Close(format!(
+                    "controller request unusable ({e}); the board's controller would wait forever"
+                ));
+            }
+        };
+        let mut ctl = self.controller.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = |code: ErrorCode| ControllerResponse::Status(code).encode();
+        match command {
+            ControllerCommand::Rejected { command, code } => {
+                ctl.last_error = code;
+                ControllerOutcome::Answer {
+                    line: answer(code),
+                    note: Some(format!(
+                        "controller command rejected with {code:?} (status {}): opcode {:#04x}, slot {}, addr {:#x}, count {}",
+                        code as u8,
+                        command.opcode,
+                        command.slot,
+                        command.hbm_addr,
+                        command.byte_count
+                    )),
+                    info: None,
+                }
+            }
+            ControllerCommand::Valid(ControllerRequest::QueryStatus) => ControllerOutcome::Answer {
+                line: ControllerResponse::Query(ctl.query()).encode(),
+                note: None,
+                info: None,
+            },
+            ControllerCommand::Valid(ControllerRequest::WriteHbm { addr, data }) => {
+                match ctl.hbm.write(addr, &data) {
+                    Ok(()) => {
+                        ctl.last_error = ErrorCode::Ok;
+                        ControllerOutcome::Answer {
+                            line: answer(ErrorCode::Ok),
+                            note: None,
+                            info: None,
+                        }
+                    }
+                    Err(full) => {
+                        ctl.last_error = ErrorCode::AxiBresp;
+                        ControllerOutcome::Answer {
+                            line: answer(ErrorCode::AxiBresp),
+                            note: Some(format!(
+                                "WRITE_HBM of {} bytes at {addr:#x} refused with ERR_AXI_BRESP: {full}",
+                                data.len()
+                            )),
+                            info: None,
+                        }
+                    }
+                }
+            }
+            ControllerCommand::Valid(ControllerRequest::ReadHbm { addr, len }) => {
+                // Validation bounds a read to 64 bytes.
+                let data = ctl
+                    .hbm
+                    .read(addr, usize::try_from(len).unwrap_or(64).min(64));
+                ctl.last_error = ErrorCode::Ok;
+                ControllerOutcome::Answer {
+                    line: ControllerResponse::read_data(&data).encode(),
+                    note: None,
+                    info: None,
+                }
+            }
+            ControllerCommand::Valid(ControllerRequest::ReconfIcap { slot, addr, len }) => {
+                let started = Instant::now();
+                let result = self.reconfigure(&ctl, plugins, slot, addr, len);
+                // The board counts 200 MHz cycles; this counts wall time in
+                // the same unit (5 ns), so query-status reports what the
+                // emulated swap really took.
+                let cycles = u64::try_from(started.elapsed().as_nanos() / 5).unwrap_or(u64::MAX);
+                ctl.last_slot_id = slot;
+                ctl.last_cycles = cycles;
+                match result {
+                    Ok(info) => {
+                        ctl.last_error = ErrorCode::Ok;
+                        ctl.prdone_seen = true;
+                        ctl.prerror_seen = false;
+                        ControllerOutcome::Answer {
+                            line: answer(ErrorCode::Ok),
+                            note: None,
+                            info: Some(info),
+                        }
+                    }
+                    Err(why) => {
+                        ctl.last_error = ErrorCode::Icap;
+                        ctl.prdone_seen = false;
+                        ctl.prerror_seen = true;
+                        ControllerOutcome::Answer {
+                            line: answer(ErrorCode::Icap),
+                            note: Some(format!(
+                                "RECONF_ICAP of slot {slot} refused with ERR_ICAP: {why}; the slot keeps its module"
+                            )),
+                            info: None,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks the partial staged at `addr` and swaps it into `slot`.
+    fn reconfigure(
+        &self,
+        ctl: &ControllerState,
+        plugins: &Mutex<PluginStore>,
+        slot: u8,
+        addr: u64,
+        len: u64,
+    ) -> Result<String, String> {
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&n| n <= ctl.hbm.budget())
+            .ok_or_else(|| {
+                format!(
+                    "{len} bytes exceed the HBM budget of {} bytes",
+                    ctl.hbm.budget()
+                )
+            })?;
+        let bytes = ctl.hbm.read(addr, len);
+        let partial = PartialImage::decode(&bytes).map_err(|e| e.to_string())?;
+        if partial.build_id != self.build_id {
+            return Err(format!(
+                "partial from build {}, the device runs build {} (the board would report success and change nothing)",
+                partial.build_id.short(),
+                self.build_id.short()
+            ));
+        }
+        if partial.cell != slot {
+            return Err(format!(
+                "partial {} is for cell C{:02}, not slot {slot}",
+                partial.file_name(),
+                partial.cell
+            ));
+        }
+        let cell = self
+            .manifest
+            .cell(slot)
+            .ok_or_else(|| format!("the design has no cell for slot {slot}"))?;
+        let rm = cell
+            .rms
+            .iter()
+            .find(|rm| rm.id == partial.rm_id && rm.unit == partial.unit)
+            .ok_or_else(|| {
+                format!(
+                    "RM {} ({}) is not a module of cell {}",
+                    partial.rm_id, partial.unit, cell.name
+                )
+            })?;
+        let unit = self
+            .manifest
+            .unit(&rm.unit)
+            .ok_or_else(|| format!("unit {} missing from the manifest", rm.unit))?;
+        // Only plugins the locally programmed design lists are ever loaded:
+        // a network peer can swap modules, not run code of its own.
+        let hash = BuildId::of(&partial.plugin);
+        if hash.to_hex() != unit.plugin_hash {
+            return Err(format!(
+                "plugin of {} does not hash to the design's {}",
+                partial.file_name(),
+                unit.plugin_hash
+            ));
+        }
+        let kernel = plugins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(hash, &partial.unit, &partial.plugin)
+            .map_err(|e| e.to_string())?;
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let entry = slots
+            .get_mut(usize::from(slot))
+            .ok_or_else(|| format!("slot {slot} out of range"))?;
+        *entry = Some(SlotEntry {
+            kernel,
+            rm_id: rm.id,
+        });
+        Ok(format!(
+            "slot {slot} reconfigured with {} ({})",
+            partial.file_name(),
+            partial.unit
+        ))
+    }
+}
+
+/// Decodes `image` and loads its initial kernels.
+pub(crate) fn load_image(
+    image: &[u8],
+    plugins: &Mutex<PluginStore>,
+    hbm_budget: usize,
+) -> Result<Programmed> {
+    match FullImage::decode(image)? {
+        FullImage::Bypass => Ok(Programmed::Bypass),
+        FullImage::Design { manifest, cells } => {
+            let build_id = manifest.verified_build_id().map_err(Error::Design)?;
+            let mut slots = vec![None; usize::from(SLOT_COUNT)];
+            let mut store = plugins.lock().unwrap_or_else(|e| e.into_inner());
+            for cell in cells {
+                let kernel = store.get(BuildId::of(&cell.plugin), &cell.unit, &cell.plugin)?;
+                if let Some(entry) = slots.get_mut(usize::from(cell.slot)) {
+                    *entry = Some(SlotEntry {
+                        kernel,
+                        rm_id: cell.rm_id,
+                    });
+                }
+            }
+            Ok(Programmed::Design(Box::new(DesignState {
+                build_id,
+                manifest,
+                slots: RwLock::new(slots),
+                controller: Mutex::new(ControllerState::new(hbm_budget)),
+            })))
+        }
+    }
+}
+
+/// Loaded plugins by hash, and the private directory their files live in
+/// (a plugin must be a file to be loaded).
+#[derive(Debug)]
+pub(crate) struct PluginStore {
+    dir: PathBuf,
+    loaded: HashMap<BuildId, Arc<Kernel>>,
+}
+
+/// Plugins kept loaded beyond those in the slots.
+const PLUGIN_CACHE: usize = 64;
+
+impl PluginStore {
+    /// Creates a fresh private (0700) directory under the system temp dir.
+    pub fn new() -> Result<PluginStore> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut last = None;
+        for _ in 0..64 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let dir = base.join(format!(
+                "fracflow-emulator-{}-{nanos:08x}-{n}",
+                std::process::id()
+            ));
+            match private_dir(&dir) {
+                Ok(()) => {
+                    return Ok(PluginStore {
+                        dir,
+                        loaded: HashMap::new(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
+            }
+        }
+        Err(io_err("creating a private plugin directory")(
+            last.unwrap_or_else(|| std::io::Error::other("no free name")),
+        ))
+    }
+
+    /// The kernel for `bytes` (whose blake3 is `hash`), loading it on first use
+    /// and checking it implements `unit`.
+    pub fn get(&mut self, hash: BuildId, unit: &str, bytes: &[u8]) -> Result<Arc<Kernel>> {
+        if let Some(kernel) = self.loaded.get(&hash) {
+            return Ok(Arc::clone(kernel));
+        }
+        let path = self.dir.join(format!("{}.so", hash.to_hex()));
+        if !path.exists() {
+            write_private(&path, bytes)?;
+        }
+        let kernel = Kernel::load(&path)?;
+        if kernel.unit().name() != unit {
+            return Err(Error::Plugin {
+                unit: unit.to_owned(),
+                message: format!("the plugin implements {}", kernel.unit().name()),
+            });
+        }
+        if self.loaded.len() >= PLUGIN_CACHE {
+            // Slots hold their own references; dropping the cache only
+            // unloads plugins nobody uses.
+            self.loaded.clear();
+        }
+        let kernel = Arc::new(kernel);
+        self.loaded.insert(hash, Arc::clone(&kernel));
+        Ok(kernel)
+    }
+}
+
+impl Drop for PluginStore {
+    fn drop(&mut self) {
+        // Loaded libraries stay mapped after their files are unlinked.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(unix)]
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+#[cfg(not(unix))]
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(dir)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("part");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let write = || -> std::io::Result<()> {
+        let mut file = options.open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(io_err(format!("writing plugin {}", path.display())))
+}
