@@ -1,16 +1,30 @@
 //! The design manifest the emulated weave produces: which RMs each cell may
-//! hold, the units behind them and their plugin hashes, identified by a
+//! hold and the declarations of the units behind them, identified by a
 //! `build_id` that every bitstream of the design carries.
+//!
+//! The manifest is the *static shell*: it holds no plugin contents, so its
+//! build id depends on `hw/shell.yaml` and the units' `unit.yaml`
+//! declarations only.  Editing an accelerator's C++ leaves it (and every
+//! partial of the other units) unchanged, as partials of the real flow are
+//! built against the abstract shell.  Which plugins the device may load is
+//! fixed by the full image's allowlist instead ([`crate::image::FullImage`]).
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::Utilization;
+use crate::error::{Error, Result, io_err};
+use crate::spec::{UnitSpec, Utilization};
 
-/// `format` of a manifest this crate writes and reads.
-pub const DESIGN_FORMAT: &str = "fracflow-design/1";
+/// `format` of a manifest this crate writes and reads.  Format 1 recorded
+/// the plugin hashes in the manifest (so every partial depended on every
+/// plugin); format 2 holds declarations only.
+pub const DESIGN_FORMAT: &str = "fracflow-design/2";
+
+/// File name of the manifest the weave step writes.
+pub const DESIGN_FILE: &str = "design.json";
 
 /// A blake3 digest naming a design (or a plugin).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -101,7 +115,7 @@ pub struct RmDesign {
     pub partial: String,
 }
 
-/// A unit of the design and the plugin that implements it.
+/// A unit of the design as its `unit.yaml` declares it (no plugin contents).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnitDesign {
@@ -115,10 +129,27 @@ pub struct UnitDesign {
     pub utilization: Utilization,
     /// Cells `unit.yaml` allows.
     pub cells: Vec<String>,
-    /// blake3 (hex) of the kernel plugin's bytes.
-    pub plugin_hash: String,
-    /// Size of the plugin in bytes.
-    pub plugin_len: u64,
+}
+
+impl UnitDesign {
+    /// The declaration of `spec`.
+    #[must_use]
+    pub fn from_spec(spec: &UnitSpec) -> UnitDesign {
+        UnitDesign {
+            name: spec.name.clone(),
+            version: spec.version,
+            function: spec.function,
+            utilization: spec.utilization.clone(),
+            cells: spec.cells.clone(),
+        }
+    }
+
+    /// Whether `spec` declares exactly this unit (a unit compiled from a
+    /// `unit.yaml` other than the woven one does not).
+    #[must_use]
+    pub fn matches(&self, spec: &UnitSpec) -> bool {
+        *self == UnitDesign::from_spec(spec)
+    }
 }
 
 /// The file name of the partial for RM `rm_id` in `slot`: `cXX_fYY.bin`.
@@ -165,13 +196,82 @@ impl DesignManifest {
                 self.format
             ));
         }
+        self.check_structure()?;
         Ok(recorded)
+    }
+
+    /// What the weave guarantees and the device relies on: 1..=4 cells with
+    /// distinct slots below 4, each with at least one RM; RM ids unique; each
+    /// RM's partial named `icap/cXX_fYY.bin`; every RM's unit declared once
+    /// with a valid name and allowed in the cell.
+    fn check_structure(&self) -> Result<(), String> {
+        use std::collections::BTreeSet;
+        let slots = usize::from(fracflow_proto::SLOT_COUNT);
+        if self.cells.is_empty() || self.cells.len() > slots {
+            return Err(format!("manifest has {} cells", self.cells.len()));
+        }
+        let mut units = BTreeSet::new();
+        for unit in &self.units {
+            if !crate::spec::valid_unit_name(&unit.name) || !units.insert(unit.name.as_str()) {
+                return Err(format!("unit {:?} is invalid or declared twice", unit.name));
+            }
+        }
+        let mut seen_slots = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        for cell in &self.cells {
+            if usize::from(cell.slot) >= slots || !seen_slots.insert(cell.slot) {
+                return Err(format!("cell {} has a bad or repeated slot", cell.name));
+            }
+            if cell.rms.is_empty() {
+                return Err(format!("cell {} has no RMs", cell.name));
+            }
+            for rm in &cell.rms {
+                if !ids.insert(rm.id) {
+                    return Err(format!("RM id {} is used twice", rm.id));
+                }
+                if rm.partial != format!("icap/{}", partial_file_name(cell.slot, rm.id)) {
+                    return Err(format!("RM {} names partial {:?}", rm.id, rm.partial));
+                }
+                let unit = self
+                    .unit(&rm.unit)
+                    .ok_or_else(|| format!("RM {} uses undeclared unit {:?}", rm.id, rm.unit))?;
+                if !unit.cells.contains(&cell.name) {
+                    return Err(format!(
+                        "unit {} is not allowed in cell {}",
+                        rm.unit, cell.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The canonical JSON of the whole manifest, `build_id` included.
     #[must_use]
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The manifest as `design.json` holds it: pretty JSON and a newline.
+    #[must_use]
+    pub fn to_pretty_json(&self) -> Vec<u8> {
+        let mut json = serde_json::to_vec_pretty(self).unwrap_or_default();
+        json.push(b'\n');
+        json
+    }
+
+    /// Reads a manifest written by [`crate::build::write_design`] (or any
+    /// JSON of it) and checks its format and build id.
+    pub fn load(path: &Path) -> Result<DesignManifest> {
+        let bytes = std::fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
+        let fail = |message: String| Error::Spec {
+            path: path.to_path_buf(),
+            message,
+        };
+        let manifest: DesignManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| fail(format!("not a design manifest: {e}")))?;
+        manifest.verified_build_id().map_err(fail)?;
+        Ok(manifest)
     }
 
     /// The cell serving `slot`.

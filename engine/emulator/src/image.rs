@@ -23,19 +23,31 @@
 //! Up to three zero bytes may follow: the load client pads a partial to whole
 //! 32-bit ICAP words, and `RECONF_ICAP` streams the padded length.
 //!
-//! Full image, format 1:
+//! The partial's build id is the static shell's ([`DesignManifest`]
+//! `build_id`), which does not depend on any plugin: a partial changes only
+//! when its own unit's plugin (or the shell) does.
+//!
+//! Full image, format 2:
 //!
 //! | offset | size | field |
 //! | --- | --- | --- |
 //! | 0 | 8 | magic `FRACFULL` |
-//! | 8 | 2 | format version, 1 |
+//! | 8 | 2 | format version, 2 |
 //! | 10 | 1 | kind: 1 design, 2 bypass |
 //! | 11 | 1 | cell count `N` (0 for bypass) |
 //! | 12 | 4 | manifest length `M` (0 for bypass) |
 //! | 16 | 32 | build id |
 //! | 48 | `M` | design manifest, canonical JSON |
+//! | ... | 4 | allowlist count `A` (0 for bypass) |
+//! | ... | `A` x 64 | allowlist, by unit name: unit name (32, NUL padded), blake3 of its plugin (32) |
 //! | ... | | `N` cell records: slot (1), reserved (3), initial RM id (4), unit name (32, NUL padded), plugin length `L` (8), plugin bytes (`L`) |
 //! | end - 32 | 32 | blake3 of every byte before it |
+//!
+//! The allowlist names exactly one plugin per unit of the manifest: the
+//! plugins built into this image.  The device loads a partial's plugin only
+//! if it is its unit's allowlisted plugin, so the full image depends on
+//! every plugin while the build id depends on none.  (Format 1 had no
+//! allowlist; the plugin hashes were in the manifest.)
 //!
 //! The bypass image's build id is blake3 of `fracflow-bypass/1`.
 
@@ -46,14 +58,18 @@ use crate::spec::MAX_UNIT_NAME;
 pub const PARTIAL_MAGIC: [u8; 8] = *b"FRACPART";
 /// Magic of a full image.
 pub const FULL_MAGIC: [u8; 8] = *b"FRACFULL";
-/// The container format version this crate writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The partial format version this crate writes and reads.
+pub const PARTIAL_FORMAT_VERSION: u16 = 1;
+/// The full image format version this crate writes and reads.
+pub const FULL_FORMAT_VERSION: u16 = 2;
 /// Largest plugin a container may carry (the real partials are 3-10 MB).
 pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
 
 const CHECKSUM_LEN: usize = 32;
 const PARTIAL_HEADER_LEN: usize = 88;
 const FULL_HEADER_LEN: usize = 48;
+/// Bytes of one allowlist entry: unit name and plugin hash.
+const ALLOW_ENTRY_LEN: u64 = MAX_UNIT_NAME as u64 + 32;
 const KIND_DESIGN: u8 = 1;
 const KIND_BYPASS: u8 = 2;
 const BYPASS_SEED: &[u8] = b"fracflow-bypass/1";
@@ -80,12 +96,14 @@ pub enum ImageError {
         found: Vec<u8>,
     },
     /// A format version this crate does not know.
-    #[error("{what} format version {version} is not supported (expected 1)")]
+    #[error("{what} format version {version} is not supported (expected {expected})")]
     Version {
         /// Which container.
         what: &'static str,
         /// The version found.
         version: u16,
+        /// The version this crate reads.
+        expected: u16,
     },
     /// The trailing blake3 digest does not match the content.
     #[error("{what} checksum mismatch: the container is corrupt")]
@@ -139,13 +157,26 @@ pub struct InitialCell {
     pub plugin: Vec<u8>,
 }
 
-/// A full image: a design with its cells' initial RMs, or the bypass image.
+/// One entry of a full image's allowlist: the plugin built for a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedPlugin {
+    /// Unit name.
+    pub unit: String,
+    /// blake3 of the plugin's bytes.
+    pub hash: BuildId,
+}
+
+/// A full image: a design with its plugin allowlist and its cells' initial
+/// RMs, or the bypass image.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FullImage {
     /// An fRAC design.
     Design {
         /// Its manifest (whose build id the header repeats).
         manifest: DesignManifest,
+        /// One plugin per unit of the manifest, by unit name: the only
+        /// plugins a partial may carry into this design.
+        allowlist: Vec<AllowedPlugin>,
         /// Every cell's initial RM, by slot.
         cells: Vec<InitialCell>,
     },
@@ -246,7 +277,12 @@ impl<'a> Reader<'a> {
 
 /// Checks magic and version.  They come before the checksum so that a
 /// wrong file says what it is not, rather than "bad checksum".
-fn check_envelope(bytes: &[u8], magic: [u8; 8], what: &'static str) -> Result<(), ImageError> {
+fn check_envelope(
+    bytes: &[u8],
+    magic: [u8; 8],
+    expected: u16,
+    what: &'static str,
+) -> Result<(), ImageError> {
     let mut r = Reader {
         bytes,
         pos: 0,
@@ -264,8 +300,12 @@ fn check_envelope(bytes: &[u8], magic: [u8; 8], what: &'static str) -> Result<()
         });
     }
     let version = r.u16()?;
-    if version != FORMAT_VERSION {
-        return Err(ImageError::Version { what, version });
+    if version != expected {
+        return Err(ImageError::Version {
+            what,
+            version,
+            expected,
+        });
     }
     Ok(())
 }
@@ -303,7 +343,7 @@ impl PartialImage {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(PARTIAL_HEADER_LEN + self.plugin.len() + CHECKSUM_LEN);
         out.extend_from_slice(&PARTIAL_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&PARTIAL_FORMAT_VERSION.to_le_bytes());
         out.push(self.cell);
         out.push(0);
         out.extend_from_slice(&self.rm_id.to_le_bytes());
@@ -319,7 +359,7 @@ impl PartialImage {
     /// bytes after the checksum (ICAP word padding) are accepted.
     pub fn decode(bytes: &[u8]) -> Result<PartialImage, ImageError> {
         const WHAT: &str = "partial";
-        check_envelope(bytes, PARTIAL_MAGIC, WHAT)?;
+        check_envelope(bytes, PARTIAL_MAGIC, PARTIAL_FORMAT_VERSION, WHAT)?;
         let mut r = Reader {
             bytes,
             pos: 10,
@@ -374,20 +414,45 @@ impl FullImage {
         }
     }
 
+    /// The allowlisted plugin hash of `unit`, if the image is a design that
+    /// lists it.
+    #[must_use]
+    pub fn allowed_plugin(&self, unit: &str) -> Option<BuildId> {
+        match self {
+            FullImage::Design { allowlist, .. } => {
+                allowlist.iter().find(|a| a.unit == unit).map(|a| a.hash)
+            }
+            FullImage::Bypass => None,
+        }
+    }
+
     /// The container bytes.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&FULL_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&FULL_FORMAT_VERSION.to_le_bytes());
         match self {
-            FullImage::Design { manifest, cells } => {
+            FullImage::Design {
+                manifest,
+                allowlist,
+                cells,
+            } => {
                 let json = manifest.to_json();
                 out.push(KIND_DESIGN);
                 out.push(u8::try_from(cells.len()).unwrap_or(u8::MAX));
                 out.extend_from_slice(&u32::try_from(json.len()).unwrap_or(u32::MAX).to_le_bytes());
                 out.extend_from_slice(&self.build_id().0);
                 out.extend_from_slice(&json);
+                out.extend_from_slice(
+                    &u32::try_from(allowlist.len())
+                        .unwrap_or(u32::MAX)
+                        .to_le_bytes(),
+                );
+                for entry in allowlist {
+                    put_name(&mut out, &entry.unit);
+                    out.extend_from_slice(&entry.hash.0);
+                }
                 for cell in cells {
                     out.push(cell.slot);
                     out.extend_from_slice(&[0; 3]);
@@ -402,6 +467,7 @@ impl FullImage {
                 out.push(0);
                 out.extend_from_slice(&0u32.to_le_bytes());
                 out.extend_from_slice(&FullImage::bypass_build_id().0);
+                out.extend_from_slice(&0u32.to_le_bytes());
             }
         }
         seal(out)
@@ -409,11 +475,12 @@ impl FullImage {
 
     /// Decodes and verifies a full image: magic, version, structure,
     /// checksum, then consistency (the manifest's build id matches its
-    /// content and the header; every cell record names the first RM of its
-    /// cell with the unit and plugin hash the manifest records).
+    /// content and the header; the allowlist names each unit of the manifest
+    /// exactly once, in name order; every cell record names the first RM of
+    /// its cell with its unit's allowlisted plugin).
     pub fn decode(bytes: &[u8]) -> Result<FullImage, ImageError> {
         const WHAT: &str = "full image";
-        check_envelope(bytes, FULL_MAGIC, WHAT)?;
+        check_envelope(bytes, FULL_MAGIC, FULL_FORMAT_VERSION, WHAT)?;
         let mut r = Reader {
             bytes,
             pos: 10,
@@ -426,16 +493,38 @@ impl FullImage {
         debug_assert_eq!(r.pos, FULL_HEADER_LEN);
         match kind {
             KIND_BYPASS => {
+                let allowed = r.u32()?;
                 check_digest(bytes, r.pos, WHAT, 0)?;
-                if count != 0 || manifest_len != 0 || build_id != FullImage::bypass_build_id() {
-                    return Err(
-                        r.malformed("bypass image with cells, manifest or a foreign build id")
-                    );
+                if count != 0
+                    || manifest_len != 0
+                    || allowed != 0
+                    || build_id != FullImage::bypass_build_id()
+                {
+                    return Err(r.malformed(
+                        "bypass image with cells, manifest, allowlist or a foreign build id",
+                    ));
                 }
                 Ok(FullImage::Bypass)
             }
             KIND_DESIGN => {
                 let json = r.take(u64::from(manifest_len))?;
+                let allowed = r.u32()?;
+                // Each entry is 64 bytes: the count cannot exceed what is left.
+                let left = (bytes.len() - r.pos) as u64;
+                if u64::from(allowed) * ALLOW_ENTRY_LEN > left {
+                    return Err(ImageError::Truncated {
+                        what: WHAT,
+                        need: r.pos as u64 + u64::from(allowed) * ALLOW_ENTRY_LEN,
+                        have: bytes.len() as u64,
+                    });
+                }
+                let mut allow_positions = Vec::with_capacity(allowed as usize);
+                let mut hashes = Vec::with_capacity(allowed as usize);
+                for _ in 0..allowed {
+                    allow_positions.push(r.pos);
+                    r.take(MAX_UNIT_NAME as u64)?;
+                    hashes.push(BuildId(r.array()?));
+                }
                 let mut cells = Vec::with_capacity(usize::from(count));
                 let mut name_positions = Vec::with_capacity(usize::from(count));
                 for _ in 0..count {
@@ -453,13 +542,23 @@ impl FullImage {
                     });
                 }
                 check_digest(bytes, r.pos, WHAT, 0)?;
-                for (cell, at) in cells.iter_mut().zip(name_positions) {
-                    cell.unit = Reader {
+                let name_at = |at: usize| {
+                    Reader {
                         bytes,
                         pos: at,
                         what: WHAT,
                     }
-                    .name()?;
+                    .name()
+                };
+                let mut allowlist = Vec::with_capacity(hashes.len());
+                for (at, hash) in allow_positions.into_iter().zip(hashes) {
+                    allowlist.push(AllowedPlugin {
+                        unit: name_at(at)?,
+                        hash,
+                    });
+                }
+                for (cell, at) in cells.iter_mut().zip(name_positions) {
+                    cell.unit = name_at(at)?;
                 }
                 let manifest: DesignManifest = serde_json::from_slice(json)
                     .map_err(|e| r.malformed(format!("manifest is not valid JSON: {e}")))?;
@@ -471,17 +570,42 @@ impl FullImage {
                         recorded.short()
                     )));
                 }
-                check_cells(&manifest, &cells).map_err(|m| r.malformed(m))?;
-                Ok(FullImage::Design { manifest, cells })
+                check_allowlist(&manifest, &allowlist).map_err(|m| r.malformed(m))?;
+                check_cells(&manifest, &allowlist, &cells).map_err(|m| r.malformed(m))?;
+                Ok(FullImage::Design {
+                    manifest,
+                    allowlist,
+                    cells,
+                })
             }
             other => Err(r.malformed(format!("unknown image kind {other}"))),
         }
     }
 }
 
+/// The allowlist names every unit of the manifest exactly once, in name
+/// order, and nothing else.
+fn check_allowlist(manifest: &DesignManifest, allowlist: &[AllowedPlugin]) -> Result<(), String> {
+    let listed: Vec<&str> = allowlist.iter().map(|a| a.unit.as_str()).collect();
+    let mut declared: Vec<&str> = manifest.units.iter().map(|u| u.name.as_str()).collect();
+    declared.sort_unstable();
+    if listed != declared {
+        return Err(format!(
+            "the allowlist names [{}], the manifest's units are [{}]",
+            listed.join(", "),
+            declared.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// Every manifest cell has exactly one record, naming its first RM, whose
-/// plugin hashes to what the manifest records for the unit.
-fn check_cells(manifest: &DesignManifest, cells: &[InitialCell]) -> Result<(), String> {
+/// plugin is its unit's allowlisted one.
+fn check_cells(
+    manifest: &DesignManifest,
+    allowlist: &[AllowedPlugin],
+    cells: &[InitialCell],
+) -> Result<(), String> {
     if cells.len() != manifest.cells.len() {
         return Err(format!(
             "{} cell records for {} cells",
@@ -489,7 +613,11 @@ fn check_cells(manifest: &DesignManifest, cells: &[InitialCell]) -> Result<(), S
             manifest.cells.len()
         ));
     }
+    let mut seen = std::collections::BTreeSet::new();
     for cell in cells {
+        if !seen.insert(cell.slot) {
+            return Err(format!("two cell records for slot {}", cell.slot));
+        }
         let design = manifest
             .cell(cell.slot)
             .ok_or_else(|| format!("cell record for slot {} not in the manifest", cell.slot))?;
@@ -503,14 +631,16 @@ fn check_cells(manifest: &DesignManifest, cells: &[InitialCell]) -> Result<(), S
                 cell.slot, cell.rm_id, cell.unit, first.id, first.unit
             ));
         }
-        let unit = manifest
-            .unit(&cell.unit)
-            .ok_or_else(|| format!("unit {} not in the manifest", cell.unit))?;
-        let hash = blake3::hash(&cell.plugin).to_hex();
-        if unit.plugin_hash != hash.as_str() {
+        let allowed = allowlist
+            .iter()
+            .find(|a| a.unit == cell.unit)
+            .ok_or_else(|| format!("unit {} is not in the allowlist", cell.unit))?;
+        if BuildId::of(&cell.plugin) != allowed.hash {
             return Err(format!(
-                "plugin of slot {} does not hash to the manifest's {}",
-                cell.slot, unit.plugin_hash
+                "plugin of slot {} is not the allowlisted {} plugin {}",
+                cell.slot,
+                cell.unit,
+                allowed.hash.short()
             ));
         }
     }
@@ -585,7 +715,8 @@ mod tests {
             PartialImage::decode(&version),
             Err(ImageError::Version {
                 what: "partial",
-                version: 2
+                version: 2,
+                expected: 1
             })
         );
         let mut flipped = bytes.clone();
@@ -619,7 +750,7 @@ mod tests {
     #[test]
     fn bypass_round_trip() {
         let bytes = FullImage::Bypass.encode();
-        assert_eq!(bytes.len(), 48 + 32);
+        assert_eq!(bytes.len(), 48 + 4 + 32);
         assert_eq!(sniff(&bytes), Some("full image"));
         assert_eq!(FullImage::decode(&bytes), Ok(FullImage::Bypass));
         let mut flipped = bytes;
@@ -659,12 +790,14 @@ mod tests {
                     uram: 0,
                 },
                 cells: vec!["C00".into()],
-                plugin_hash: blake3::hash(&plugin).to_hex().to_string(),
-                plugin_len: plugin.len() as u64,
             }],
             build_id: String::new(),
         };
         manifest.seal();
+        let allowlist = vec![AllowedPlugin {
+            unit: "top_k".into(),
+            hash: BuildId::of(&plugin),
+        }];
         let cell = InitialCell {
             slot: 0,
             rm_id: 0,
@@ -673,32 +806,78 @@ mod tests {
         };
         let image = FullImage::Design {
             manifest: manifest.clone(),
+            allowlist: allowlist.clone(),
             cells: vec![cell.clone()],
         };
         let bytes = image.encode();
+        assert_eq!(bytes[8], 2, "full image format 2");
         assert_eq!(FullImage::decode(&bytes), Ok(image.clone()));
         assert_eq!(image.build_id().to_hex(), manifest.build_id);
+        assert_eq!(image.allowed_plugin("top_k"), Some(BuildId::of(&plugin)));
+        assert_eq!(image.allowed_plugin("norm"), None);
 
-        // A cell record whose plugin is not the manifest's.
+        // A cell record whose plugin is not the allowlisted one.
         let wrong = FullImage::Design {
             manifest: manifest.clone(),
+            allowlist: allowlist.clone(),
             cells: vec![InitialCell {
                 plugin: b"other".to_vec(),
                 ..cell.clone()
             }],
         };
+        let err = FullImage::decode(&wrong.encode()).expect_err("foreign initial plugin");
+        assert!(err.to_string().contains("allowlisted"), "{err}");
+        // An allowlist that misses a unit of the manifest, or names another.
+        for list in [
+            vec![],
+            vec![
+                allowlist[0].clone(),
+                AllowedPlugin {
+                    unit: "norm".into(),
+                    hash: BuildId::of(b"x"),
+                },
+            ],
+        ] {
+            let bad = FullImage::Design {
+                manifest: manifest.clone(),
+                allowlist: list,
+                cells: vec![cell.clone()],
+            };
+            let err = FullImage::decode(&bad.encode()).expect_err("allowlist mismatch");
+            assert!(err.to_string().contains("allowlist"), "{err}");
+        }
+        // An allowlist count beyond the bytes present is refused before
+        // anything is allocated for it.
+        let mut huge = bytes.clone();
+        let at = FULL_HEADER_LEN + manifest.to_json().len();
+        huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
-            FullImage::decode(&wrong.encode()),
-            Err(ImageError::Malformed { .. })
+            FullImage::decode(&huge),
+            Err(ImageError::Truncated { .. })
         ));
         // A manifest edited after sealing.
         let mut edited = manifest;
         edited.name = "edited".into();
         let tampered = FullImage::Design {
             manifest: edited,
+            allowlist,
             cells: vec![cell],
         };
         let err = FullImage::decode(&tampered.encode()).expect_err("stale build id");
         assert!(err.to_string().contains("hashes to"), "{err}");
+    }
+
+    #[test]
+    fn full_image_format_1_is_refused_by_version() {
+        let mut bytes = FullImage::Bypass.encode();
+        bytes[8] = 1;
+        assert!(matches!(
+            FullImage::decode(&bytes),
+            Err(ImageError::Version {
+                version: 1,
+                expected: 2,
+                ..
+            })
+        ));
     }
 }

@@ -79,7 +79,7 @@ impl Kernel {
     ///
     /// Loading runs the plugin's initialisers: only load plugins built from
     /// this project's sources (the device loads only plugins whose hash the
-    /// programmed design lists).
+    /// programmed full image's allowlist names).
     pub fn load(path: &Path) -> Result<Kernel> {
         let bytes = std::fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
         let hash = BuildId::of(&bytes);
@@ -90,7 +90,9 @@ impl Kernel {
         // SAFETY: loading a shared object runs its ELF initialisers.  Callers
         // only pass plugins compiled by `build::compile_unit` from the
         // project's accelerator sources (the device checks the plugin's
-        // blake3 against the programmed design first); those initialisers are
+        // blake3 against the programmed full image's allowlist first, and
+        // only the loopback management channel programs images); those
+        // initialisers are
         // the C++ runtime's and have no preconditions.
         let library = unsafe { Library::new(path.as_os_str()) }
             .map_err(|e| fail(format!("cannot load: {e}")))?;
@@ -156,7 +158,9 @@ impl Kernel {
         Ok(out)
     }
 
-    /// [`Kernel::run`] into a reused buffer (resized to the answer).
+    /// [`Kernel::run`] into a reused buffer, resized to the answer.  Its old
+    /// contents are overwritten by the kernel, not zeroed first; on error it
+    /// is left empty.
     pub fn run_into(
         &self,
         request: &[u8],
@@ -178,7 +182,9 @@ impl Kernel {
             })?;
         // expected <= request_len <= 65472 for every unit.
         let expected_len = expected as usize;
-        out.clear();
+        // Not cleared first: the kernel writes all `expected` bytes of an
+        // answer it returns, so re-zeroing a reused buffer on every request
+        // would be wasted work; only growth is zero-filled.
         out.resize(expected_len, 0);
         // SAFETY: `request` is valid for `request_len` bytes and `out` for
         // `expected` bytes, the capacity passed; the ABI promises the kernel

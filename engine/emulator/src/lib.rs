@@ -5,15 +5,26 @@
 //!
 //! # Build chain ([`build`])
 //!
+//! Each step is a pure function of its inputs, so the engine caches each as
+//! its own node and passes outputs between nodes as files:
+//!
 //! * [`build::compile_unit`] compiles `hw/accelerators/<name>/*.cpp` with the
-//!   system C++ compiler into a kernel plugin (`<name>.so`) behind the C ABI
+//!   system C++ compiler into a kernel plugin (`plugin.so`, with `unit.json`
+//!   beside it; [`CompiledUnit::load`] reads the pair back) behind the C ABI
 //!   of `hw/accelerators/frac_kernel.h`, as HLS C-simulation runs the same
 //!   source; [`build::compiler_version`] is for the fingerprint.
-//! * [`build::weave`] places the units into the cells of `hw/shell.yaml` and
-//!   returns the [`DesignManifest`], named by its `build_id`.
-//! * [`build::bitstreams`] writes `jtag/frac.bit`, `icap/cXX_fYY.bin` for
-//!   every cell x RM, `bypass/frac.bit` and `design.json`; the containers are
-//!   in [`image`].  Same sources and compiler → same bytes.
+//! * [`build::weave`] reads `hw/shell.yaml` and every `unit.yaml` and
+//!   returns the [`DesignManifest`], the static shell: declarations only, no
+//!   plugin contents.  Its `build_id` therefore does not change when an
+//!   accelerator's C++ does.  [`build::write_design`] writes `design.json`.
+//! * [`build::partials_for_unit`] writes `icap/cXX_fYY.bin` for every cell
+//!   the unit is an RM of; [`build::full_image`] writes `jtag/frac.bit`
+//!   (each cell's first RM and the allowlist of every unit's plugin hash);
+//!   [`build::bypass_image`] writes `bypass/frac.bit`.  The containers are
+//!   in [`image`].
+//! * [`build::build_design`] runs it all.  Same sources and compiler → same
+//!   bytes; editing one unit's C++ changes its plugin, its partials and the
+//!   full image, and no other file.
 //!
 //! # Device ([`Device`])
 //!
@@ -52,13 +63,17 @@
 //!   connection idle between requests for `idle_timeout` (300 s) is closed.
 //! * **Foreign or misplaced partials are refused.**  `RECONF_ICAP` checks the
 //!   container (magic, version, checksum), that its build id is the
-//!   programmed image's, that its cell is the slot, that its RM belongs to
-//!   that cell and that its plugin's hash is the design's.  Any failure
-//!   answers `ERR_ICAP` (9) with a log line and leaves the slot unchanged; the
-//!   board reports success for a partial of another build and changes
-//!   nothing (frac §3).  Checking the plugin hash against the locally
-//!   programmed design also means a network peer can swap modules but never
-//!   make the device load code of its own.
+//!   programmed image's (the static shell's), that its cell is the slot,
+//!   that its RM belongs to that cell and that its plugin's hash is the one
+//!   the programmed full image allowlists for the unit.  Any failure answers
+//!   `ERR_ICAP` (9) with a log line and leaves the slot unchanged; the board
+//!   reports success for a partial of another build and changes nothing
+//!   (frac §3).  The build id alone no longer pins the plugin (a partial of
+//!   the same shell built from edited C++ has the same build id), so the
+//!   allowlist check is what keeps the device from loading it: only images
+//!   programmed over the loopback management channel name loadable
+//!   plugins, and a network peer can swap modules but never make the device
+//!   load code of its own.
 //! * **`norm` beyond 256 data lines** closes the connection with a log line;
 //!   on the board the slot hangs until reloaded.
 //! * **Reprogramming closes every data connection** (the board's network
@@ -91,13 +106,13 @@ pub mod log;
 pub mod spec;
 
 pub use build::{
-    BitstreamSet, CompiledUnit, PartialFile, bitstreams, build_design, compile_unit,
-    compiler_version, weave,
+    BitstreamSet, CompiledUnit, FullImageFile, PartialFile, bitstreams, build_design, bypass_image,
+    compile_unit, compiler_version, full_image, partials_for_unit, weave, write_design,
 };
 pub use client::{LoadReport, ProgramReport, SlotProbe, load_partial, probe, program};
 pub use design::{BuildId, DesignManifest};
 pub use device::{Device, DeviceConfig, DeviceStatus, ImageKind, RunningDevice, SlotStatus};
 pub use error::{Error, Result};
-pub use image::{FullImage, ImageError, PartialImage};
+pub use image::{AllowedPlugin, FullImage, ImageError, PartialImage};
 pub use kernel::{Kernel, KernelError};
 pub use log::{Level, LogEvent, LogSink, MemoryLog};

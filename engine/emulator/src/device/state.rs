@@ -81,6 +81,9 @@ impl ControllerState {
 pub(crate) struct DesignState {
     pub build_id: BuildId,
     pub manifest: DesignManifest,
+    /// The programmed image's allowlist: unit name → the one plugin hash a
+    /// partial of that unit may carry.
+    allowlist: HashMap<String, BuildId>,
     slots: RwLock<Vec<Option<SlotEntry>>>,
     controller: Mutex<ControllerState>,
 }
@@ -272,18 +275,20 @@ impl DesignState {
                     partial.rm_id, partial.unit, cell.name
                 )
             })?;
-        let unit = self
-            .manifest
-            .unit(&rm.unit)
-            .ok_or_else(|| format!("unit {} missing from the manifest", rm.unit))?;
-        // Only plugins the locally programmed design lists are ever loaded:
-        // a network peer can swap modules, not run code of its own.
+        // Only plugins the locally programmed full image allows are ever
+        // loaded: a network peer can swap modules, not run code of its own.
+        let allowed = self
+            .allowlist
+            .get(&rm.unit)
+            .ok_or_else(|| format!("unit {} is not in the image's allowlist", rm.unit))?;
         let hash = BuildId::of(&partial.plugin);
-        if hash.to_hex() != unit.plugin_hash {
+        if hash != *allowed {
             return Err(format!(
-                "plugin of {} does not hash to the design's {}",
+                "plugin {} of {} is not the {} plugin the programmed image allows ({}): a partial of another compile of the unit, or a forged one",
+                hash.short(),
                 partial.file_name(),
-                unit.plugin_hash
+                rm.unit,
+                allowed.short()
             ));
         }
         let kernel = plugins
@@ -315,7 +320,11 @@ pub(crate) fn load_image(
 ) -> Result<Programmed> {
     match FullImage::decode(image)? {
         FullImage::Bypass => Ok(Programmed::Bypass),
-        FullImage::Design { manifest, cells } => {
+        FullImage::Design {
+            manifest,
+            allowlist,
+            cells,
+        } => {
             let build_id = manifest.verified_build_id().map_err(Error::Design)?;
             let mut slots = vec![None; usize::from(SLOT_COUNT)];
             let mut store = plugins.lock().unwrap_or_else(|e| e.into_inner());
@@ -331,6 +340,7 @@ pub(crate) fn load_image(
             Ok(Programmed::Design(Box::new(DesignState {
                 build_id,
                 manifest,
+                allowlist: allowlist.into_iter().map(|a| (a.unit, a.hash)).collect(),
                 slots: RwLock::new(slots),
                 controller: Mutex::new(ControllerState::new(hbm_budget)),
             })))

@@ -1,44 +1,12 @@
 //! The emulated HLS → weave → bitstream chain: determinism, errors, layout.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fracflow_emulator::build::{build_design, compile_unit, compiler_version, weave_shell};
 use fracflow_emulator::spec::ShellSpec;
 use fracflow_emulator::{Error, FullImage, PartialImage};
 
-use crate::common::{built, compiler, hw_dir};
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
-
-/// Every file under `dir`, by relative path.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else {
-                let rel = path.strip_prefix(root).expect("prefix").to_path_buf();
-                out.insert(rel, std::fs::read(&path).expect("read"));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
+use crate::common::{built, compiler, copy_tree, files, hw_dir};
 
 #[test]
 fn same_sources_give_the_same_bytes_anywhere() {
@@ -91,10 +59,27 @@ fn same_sources_give_the_same_bytes_anywhere() {
 fn images_decode_to_the_design() {
     let set = &built().set;
     let full = FullImage::decode(&std::fs::read(&set.full).expect("read")).expect("decodes");
-    let FullImage::Design { manifest, cells } = full else {
+    let FullImage::Design {
+        manifest,
+        allowlist,
+        cells,
+    } = full
+    else {
         panic!("a design image");
     };
     assert_eq!(manifest, built().design);
+    // One allowlisted plugin per unit, by name, each the unit's compile.
+    assert_eq!(
+        allowlist
+            .iter()
+            .map(|a| (a.unit.clone(), a.hash.to_hex()))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        set.allowlist
+    );
+    assert_eq!(allowlist.len(), 6);
+    for unit in &built().units {
+        assert_eq!(set.allowlist[&unit.spec.name], unit.plugin_hash);
+    }
     assert_eq!(cells.len(), 4);
     assert!(cells.iter().all(|c| c.unit == "top_k"));
     assert_eq!(
@@ -175,7 +160,8 @@ fn weave_checks_placement() {
         id: 30,
         unit: "cnn".into(),
     });
-    let err = weave_shell(&shell, &built().units).expect_err("cnn in C00");
+    let specs: Vec<_> = built().units.iter().map(|u| u.spec.clone()).collect();
+    let err = weave_shell(&shell, &specs).expect_err("cnn in C00");
     assert!(
         err.to_string().contains("may not be placed in cell C00"),
         "{err}"
@@ -185,11 +171,11 @@ fn weave_checks_placement() {
         id: 31,
         unit: "nonesuch".into(),
     });
-    let err = weave_shell(&shell, &built().units).expect_err("unknown unit");
-    assert!(err.to_string().contains("not compiled"), "{err}");
+    let err = weave_shell(&shell, &specs).expect_err("unknown unit");
+    assert!(err.to_string().contains("not declared"), "{err}");
     shell.cells[1].rms.pop();
     // RM ids are global.
     shell.cells[1].rms[0].id = 0;
-    let err = weave_shell(&shell, &built().units).expect_err("duplicate id");
+    let err = weave_shell(&shell, &specs).expect_err("duplicate id");
     assert!(err.to_string().contains("used twice"), "{err}");
 }

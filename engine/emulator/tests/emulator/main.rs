@@ -5,6 +5,7 @@
 mod bad_input;
 mod build_chain;
 mod common;
+mod incremental;
 mod management;
 mod models;
 mod reconf;

@@ -112,7 +112,8 @@ fn foreign_partial_refused() {
     // Another build: the same units woven into a shell of another name.
     let mut shell = ShellSpec::load(&hw_dir().join("shell.yaml")).expect("shell");
     shell.name = "another-build".into();
-    let other = weave_shell(&shell, &built().units).expect("weaves");
+    let specs: Vec<_> = built().units.iter().map(|u| u.spec.clone()).collect();
+    let other = weave_shell(&shell, &specs).expect("weaves");
     assert_ne!(other.build_id, built().design.build_id);
     let dir = tempfile::tempdir().expect("tempdir");
     let set = bitstreams(&other, &built().units, dir.path()).expect("bitstreams");
@@ -189,7 +190,8 @@ fn corrupt_and_forged_partials_refused() {
     wait_for_log(&log, "truncated partial");
 
     // A well-formed partial of the right build and cell whose plugin is not
-    // the design's (here: or_slot's plugin under pattern_slot's RM id).
+    // the one the image allows for its unit (here: or_slot's plugin, which
+    // the image does allow, but for or_slot, under pattern_slot's RM id).
     let mut forged = PartialImage::decode(&good).expect("decodes");
     let or_plugin = PartialImage::decode(&std::fs::read(partial(1, "or_slot")).expect("read"))
         .expect("decodes")
@@ -198,7 +200,10 @@ fn corrupt_and_forged_partials_refused() {
     let path = dir.path().join("forged.bin");
     std::fs::write(&path, forged.encode()).expect("write");
     refused(load_partial(dev.addr(), 1, &path, 256, 0x1000_4000));
-    wait_for_log(&log, "does not hash to the design");
+    wait_for_log(
+        &log,
+        "is not the pattern_slot plugin the programmed image allows",
+    );
 
     // An RM id that is not a module of the cell.
     let mut stray = PartialImage::decode(&good).expect("decodes");
