@@ -80,9 +80,11 @@ pub(crate) struct NodeCommon {
     /// What the node does; selects its kind-specific keys and its executor.
     pub kind: Sp<String>,
     pub description: Option<String>,
-    /// Sweep keys this node is expanded over: one instance per distinct combination of their values.
+    /// What this node is expanded over: one instance per combination of values. A list names keys of the
+    /// pipeline's `sweep:`; a mapping may also give the node axes of its own: `KEY: sweep` for a sweep key,
+    /// `KEY: [V1, V2]` for a node-local axis.
     #[serde(default)]
-    pub foreach: Vec<Sp<String>>,
+    pub foreach: Foreach,
     /// Node names whose outputs this node reads. On a swept node, each instance depends on the instances
     /// of the dependency that agree with it on their shared sweep keys.
     #[serde(default)]
@@ -105,6 +107,115 @@ pub(crate) struct NodeCommon {
     /// Node-local params, usable as `{name}` in this node's templates.
     #[serde(default)]
     pub params: OrderedMap<RawNode>,
+}
+
+/// `foreach`: a list of sweep keys, or a mapping of axes (`KEY: sweep` or `KEY: [V1, V2]`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Foreach {
+    /// `foreach: [m, n]`: keys of the pipeline's sweep.
+    Keys(Vec<Sp<String>>),
+    /// `foreach: {m: sweep, unit: [top_k, log]}`, in the order written.
+    Axes(OrderedMap<Sp<AxisValues>>),
+}
+
+impl Default for Foreach {
+    fn default() -> Foreach {
+        Foreach::Keys(Vec::new())
+    }
+}
+
+impl<'de> Deserialize<'de> for Foreach {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Foreach, D::Error> {
+        struct ForeachVisitor;
+        impl<'de> Visitor<'de> for ForeachVisitor {
+            type Value = Foreach;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of sweep keys or a mapping of axes")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Foreach, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = seq.next_element()? {
+                    keys.push(key);
+                }
+                Ok(Foreach::Keys(keys))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Foreach, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Foreach::Axes(OrderedMap(entries)))
+            }
+        }
+        deserializer.deserialize_any(ForeachVisitor)
+    }
+}
+
+impl JsonSchema for Foreach {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "Foreach".into()
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let scalar = generator.subschema_for::<Scalar>();
+        json_schema!({
+            "anyOf": [
+                {
+                    "type": "array",
+                    "items": { "type": "string" },
+                    "description": "Keys of the pipeline's `sweep:`."
+                },
+                {
+                    "type": "object",
+                    "description": "Axes in the order of the instance ids: `KEY: sweep` for a key of the pipeline's `sweep:`, `KEY: [V1, V2]` for an axis of this node's own.",
+                    "additionalProperties": {
+                        "anyOf": [
+                            { "const": "sweep", "description": "The pipeline's sweep key of this name." },
+                            {
+                                "type": "array",
+                                "items": scalar,
+                                "minItems": 1,
+                                "description": "A node-local axis and its values, in order."
+                            }
+                        ]
+                    }
+                }
+            ]
+        })
+    }
+}
+
+/// The value of one `foreach` axis written as a mapping entry: `sweep`, or the axis's own values.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AxisValues {
+    /// A word: `sweep` (anything else is reported where the node is checked).
+    Word(String),
+    Values(Vec<Sp<Scalar>>),
+}
+
+impl<'de> Deserialize<'de> for AxisValues {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<AxisValues, D::Error> {
+        struct AxisVisitor;
+        impl<'de> Visitor<'de> for AxisVisitor {
+            type Value = AxisValues;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`sweep` or a list of values")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<AxisValues, E> {
+                Ok(AxisValues::Word(s.to_owned()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AxisValues, A::Error> {
+                let mut values = Vec::new();
+                while let Some(value) = seq.next_element()? {
+                    values.push(value);
+                }
+                Ok(AxisValues::Values(values))
+            }
+        }
+        deserializer.deserialize_any(AxisVisitor)
+    }
 }
 
 /// A node inside a variant: any subset of a node's keys.

@@ -1,26 +1,29 @@
 //! Expansion: each validated node becomes one spec per instance, its templates filled in with that instance's
-//! sweep point, its inputs found on disk, and its dependencies matched on shared sweep keys.
+//! values (sweep point and node-local axes), its inputs found on disk, and its dependencies matched on the
+//! `foreach` axes both nodes have.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 use fracflow_core::{NodeSpec, Origin, Resource};
 use serde_json::Value;
 
 use crate::de::Sp;
-use crate::doc::{DurationValue, parse_duration};
-use crate::load::{Decl, Loader, NodeDef, Params, Scope};
-use crate::sweep::Sweep;
+use crate::doc::{DurationValue, Scalar, parse_duration};
+use crate::load::{Axis, Decl, Loader, LocalAxis, NodeDef, Params, Scope};
+use crate::sweep::{MAX_POINTS, Sweep};
 use crate::template::{self, TemplateError};
 use crate::tree::{Loc, Node, Val};
 
 /// Instances of a dependency by their values of the keys shared with a dependent.
 type DepIndex = HashMap<Vec<u32>, Vec<usize>>;
 
-/// How one dependency is matched: (its declaration, the shared key indices) — the key of its [`DepIndex`] —
-/// and where those keys sit in the dependent's coordinates.
-type DepPlan = ((usize, Vec<usize>), Vec<usize>);
+/// How one dependency is matched: (its declaration, the positions of the shared axes in its coordinates) —
+/// the key of its [`DepIndex`] —, where those axes sit in the dependent's coordinates, and whether a local axis
+/// is among them.
+type DepPlan = ((usize, Vec<usize>), Vec<usize>, bool);
 
 pub(crate) struct Expander<'l, 'o> {
     lx: &'l mut Loader<'o>,
@@ -28,6 +31,8 @@ pub(crate) struct Expander<'l, 'o> {
     params: &'l Params,
     /// Input patterns already looked up.
     inputs: HashMap<String, Result<Vec<PathBuf>, InputProblem>>,
+    /// Nodes whose config (the same for every instance) has been checked against the project.
+    checked: HashSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +53,7 @@ impl<'l, 'o> Expander<'l, 'o> {
             sweep,
             params,
             inputs: HashMap::new(),
+            checked: HashSet::new(),
         }
     }
 
@@ -57,69 +63,129 @@ impl<'l, 'o> Expander<'l, 'o> {
         defs: &[Option<NodeDef>],
         decls: &[Decl],
     ) -> (Vec<NodeSpec>, Vec<Vec<String>>) {
-        let instances: Vec<_> = defs
+        let instances: Vec<Rc<Vec<Vec<u32>>>> = defs
             .iter()
             .map(|def| match def {
-                Some(def) => self.sweep.instances(&def.foreach),
-                None => std::rc::Rc::new(Vec::new()),
+                Some(def) => self.instances(def),
+                None => Rc::new(Vec::new()),
             })
             .collect();
         let ids: Vec<Vec<String>> = defs
             .iter()
             .zip(&instances)
             .map(|(def, list)| match def {
-                Some(def) => list
-                    .iter()
-                    .map(|c| self.sweep.instance_id(&def.name, &def.foreach, c))
-                    .collect(),
+                Some(def) => list.iter().map(|c| self.instance_id(def, c)).collect(),
                 None => Vec::new(),
             })
             .collect();
+        // Each axis value as a number that is the same for equal values across nodes: a sweep key's value
+        // index, or for a local axis the text interned per axis name.
+        let mut interned: HashMap<(&str, &str), u32> = HashMap::new();
+        let global: Vec<Vec<Option<Vec<u32>>>> = defs
+            .iter()
+            .map(|def| {
+                def.iter()
+                    .flat_map(|def| &def.foreach)
+                    .map(|axis| {
+                        axis.local().map(|local| {
+                            local
+                                .texts
+                                .iter()
+                                .map(|text| {
+                                    let next = interned.len() as u32;
+                                    *interned
+                                        .entry((local.name.as_str(), text.as_str()))
+                                        .or_insert(next)
+                                })
+                                .collect()
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let value_of = |node: usize, axis: usize, coord: u32| -> u32 {
+            match &global[node][axis] {
+                Some(map) => map[coord as usize],
+                None => coord,
+            }
+        };
         let mut dep_indexes: HashMap<(usize, Vec<usize>), DepIndex> = HashMap::new();
         let mut specs = Vec::with_capacity(ids.iter().map(Vec::len).sum());
         for (i, def) in defs.iter().enumerate() {
             let Some(def) = def else { continue };
             debug_assert_eq!(decls[i].name.value, def.name);
-            // For each dependency: the index of its instances by the shared keys, and where those keys sit in
+            // For each dependency: the index of its instances by the shared axes, and where those axes sit in
             // this node's coordinates.
             let mut plans: Vec<DepPlan> = Vec::new();
             for &j in &def.deps {
                 let Some(dep) = defs[j].as_ref() else {
                     continue;
                 };
-                let shared: Vec<usize> = def
-                    .foreach
-                    .iter()
-                    .copied()
-                    .filter(|k| dep.foreach.contains(k))
-                    .collect();
-                let mine: Vec<usize> = shared
-                    .iter()
-                    .filter_map(|k| def.foreach.iter().position(|f| f == k))
-                    .collect();
-                let theirs: Vec<usize> = shared
-                    .iter()
-                    .filter_map(|k| dep.foreach.iter().position(|f| f == k))
-                    .collect();
-                let key = (j, shared);
+                let mut theirs = Vec::new();
+                let mut mine = Vec::new();
+                for (p, axis) in dep.foreach.iter().enumerate() {
+                    let name = axis.name(self.sweep);
+                    if let Some(q) = def.foreach.iter().position(|a| a.name(self.sweep) == name) {
+                        theirs.push(p);
+                        mine.push(q);
+                    }
+                }
+                let key = (j, theirs);
                 dep_indexes.entry(key.clone()).or_insert_with(|| {
                     let mut index: DepIndex = HashMap::new();
                     for (m, coords) in instances[j].iter().enumerate() {
                         index
-                            .entry(theirs.iter().map(|&p| coords[p]).collect())
+                            .entry(key.1.iter().map(|&p| value_of(j, p, coords[p])).collect())
                             .or_default()
                             .push(m);
                     }
                     index
                 });
-                plans.push((key, mine));
+                let local = mine.iter().any(|&q| def.foreach[q].local().is_some());
+                plans.push((key, mine, local));
             }
             for (n, coords) in instances[i].iter().enumerate() {
                 let mut deps = Vec::new();
-                for (key, mine) in &plans {
-                    let wanted: Vec<u32> = mine.iter().map(|&p| coords[p]).collect();
-                    if let Some(found) = dep_indexes.get(key).and_then(|index| index.get(&wanted)) {
-                        deps.extend(found.iter().map(|&m| ids[key.0][m].clone()));
+                for (key, mine, local) in &plans {
+                    let wanted: Vec<u32> =
+                        mine.iter().map(|&q| value_of(i, q, coords[q])).collect();
+                    match dep_indexes.get(key).and_then(|index| index.get(&wanted)) {
+                        Some(found) => deps.extend(found.iter().map(|&m| ids[key.0][m].clone())),
+                        // Sweep keys always match (both nodes take their values from the same points); a
+                        // local axis value the dependency lacks is a mistake.
+                        None if *local => {
+                            let dep_name = defs[key.0].as_ref().map_or("", |d| d.name.as_str());
+                            let wanted: Vec<String> = mine
+                                .iter()
+                                .map(|&q| {
+                                    let axis = &def.foreach[q];
+                                    format!(
+                                        "{}={}",
+                                        axis.name(self.sweep),
+                                        self.axis_text(axis, coords[q])
+                                    )
+                                })
+                                .collect();
+                            let loc = def
+                                .common
+                                .deps
+                                .iter()
+                                .find(|d| d.value == dep_name)
+                                .map_or(def.name_loc, |d| d.loc);
+                            self.lx.instance_error(
+                                loc,
+                                format!(
+                                    "node `{}` depends on `{dep_name}`, which has no instance with {}",
+                                    def.name,
+                                    wanted.join(",")
+                                ),
+                                Some(format!(
+                                    "instances of a dependency are matched on the `foreach` axes both nodes have; give `{dep_name}` the same values"
+                                )),
+                                Some(&ids[i][n]),
+                            );
+                        }
+                        None => {}
                     }
                 }
                 let spec = self.instance(def, coords, ids[i][n].clone(), deps);
@@ -127,6 +193,110 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
         }
         (specs, ids)
+    }
+
+    /// A node's instances: one value index per axis (in the node's axis order), first axis outermost. Sweep
+    /// keys take their distinct combinations among the selected points, local axes their listed values.
+    fn instances(&mut self, def: &NodeDef) -> Rc<Vec<Vec<u32>>> {
+        let keys = def.sweep_keys();
+        let projected = self.sweep.instances(&keys);
+        let locals: Vec<&LocalAxis> = def.foreach.iter().filter_map(Axis::local).collect();
+        let in_sweep_order = def
+            .foreach
+            .iter()
+            .map(|axis| match axis {
+                Axis::Sweep(k) => Some(*k),
+                Axis::Local(_) => None,
+            })
+            .eq(keys.iter().copied().map(Some));
+        if in_sweep_order {
+            // Only sweep keys, in sweep order (always so for the list form): the points' projection as is.
+            return projected;
+        }
+        let count = locals.iter().fold(projected.len(), |n, axis| {
+            n.saturating_mul(axis.values.len())
+        });
+        if count == 0 {
+            return Rc::new(Vec::new());
+        }
+        if count > MAX_POINTS {
+            let loc = locals.first().map_or(def.name_loc, |axis| axis.loc);
+            self.lx.error(
+                loc,
+                format!(
+                    "node `{}` has {count} instances; at most {MAX_POINTS} are allowed",
+                    def.name
+                ),
+                None,
+            );
+            return Rc::new(Vec::new());
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut local_coords = vec![0u32; locals.len()];
+        for combo in projected.iter() {
+            'product: loop {
+                let mut local_at = 0;
+                let coords: Vec<u32> = def
+                    .foreach
+                    .iter()
+                    .map(|axis| match axis {
+                        // `combo` follows the sorted sweep keys.
+                        Axis::Sweep(k) => keys
+                            .iter()
+                            .position(|key| key == k)
+                            .map_or(0, |at| combo[at]),
+                        Axis::Local(_) => {
+                            local_at += 1;
+                            local_coords[local_at - 1]
+                        }
+                    })
+                    .collect();
+                out.push(coords);
+                // Odometer over the local axes.
+                let mut digit = locals.len();
+                loop {
+                    if digit == 0 {
+                        break 'product;
+                    }
+                    digit -= 1;
+                    local_coords[digit] += 1;
+                    if (local_coords[digit] as usize) < locals[digit].values.len() {
+                        break;
+                    }
+                    local_coords[digit] = 0;
+                }
+            }
+        }
+        // First axis outermost: value indices follow the sweep's (and each axis's) order.
+        out.sort();
+        Rc::new(out)
+    }
+
+    /// `name[m=1024,unit=top_k]`, or `name` for a node without axes.
+    fn instance_id(&self, def: &NodeDef, coords: &[u32]) -> String {
+        if def.foreach.is_empty() {
+            return def.name.clone();
+        }
+        let mut id = String::with_capacity(def.name.len() + 16 * coords.len());
+        id.push_str(&def.name);
+        id.push('[');
+        for (i, (axis, &value)) in def.foreach.iter().zip(coords).enumerate() {
+            if i > 0 {
+                id.push(',');
+            }
+            id.push_str(axis.name(self.sweep));
+            id.push('=');
+            id.push_str(self.axis_text(axis, value));
+        }
+        id.push(']');
+        id
+    }
+
+    fn axis_text<'a>(&'a self, axis: &'a Axis, value: u32) -> &'a str {
+        match axis {
+            Axis::Sweep(k) => &self.sweep.texts[*k][value as usize],
+            Axis::Local(local) => &local.texts[value as usize],
+        }
     }
 
     /// One instance's spec. Problems are recorded; the spec is still made (with what could be resolved), so
@@ -138,18 +308,23 @@ impl<'l, 'o> Expander<'l, 'o> {
         id: String,
         deps: Vec<String>,
     ) -> NodeSpec {
-        let point_pairs: Vec<(usize, u32)> = def
-            .foreach
-            .iter()
-            .copied()
-            .zip(coords.iter().copied())
-            .collect();
+        let mut point_pairs: Vec<(usize, u32)> = Vec::new();
+        let mut local_values: Vec<(&str, &Scalar)> = Vec::new();
+        for (axis, &value) in def.foreach.iter().zip(coords) {
+            match axis {
+                Axis::Sweep(k) => point_pairs.push((*k, value)),
+                Axis::Local(local) => {
+                    local_values.push((local.name.as_str(), &local.values[value as usize]));
+                }
+            }
+        }
         let sweep: &Sweep = self.sweep;
         let mut r = Resolver {
             sweep,
             params: self.params,
             node_params: &def.params,
             coords: &point_pairs,
+            locals: &local_values,
             cache: HashMap::new(),
             depth: 0,
         };
@@ -245,6 +420,13 @@ impl<'l, 'o> Expander<'l, 'o> {
                 }
             },
         };
+        let mut kind_problems = Vec::new();
+        if let (Ok(config), Some(check)) = (&config, def.kind.check) {
+            // A config without templates is the same for every instance: checked once.
+            if def.fixed_config.is_none() || self.checked.insert(def.name.clone()) {
+                kind_problems = check(config, &def.name, &self.lx.src.root);
+            }
+        }
         if !def.params.is_empty() {
             let mut resolved = serde_json::Map::new();
             for (name, value) in &def.params {
@@ -262,6 +444,11 @@ impl<'l, 'o> Expander<'l, 'o> {
         let point: BTreeMap<String, Value> = point_pairs
             .iter()
             .map(|&(k, v)| (sweep.keys[k].clone(), sweep.values[k][v as usize].to_json()))
+            .chain(
+                local_values
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), value.to_json())),
+            )
             .collect();
         drop(r);
 
@@ -301,11 +488,20 @@ impl<'l, 'o> Expander<'l, 'o> {
         for (loc, message, hint) in late {
             self.lx.instance_error(loc, message, hint, None);
         }
+        for problem in kind_problems {
+            // At the key's value; a key left to its default, at the node's name.
+            let loc = def
+                .kind_map
+                .get(problem.key)
+                .map_or(def.name_loc, |v| v.loc);
+            self.lx
+                .instance_error(loc, problem.message, problem.hint, None);
+        }
         let config = match config {
             Ok(config) => config,
             Err(Some(errors)) => {
                 for error in &errors {
-                    self.lx.de_error(
+                    self.lx.instance_de_error(
                         error,
                         Scope::Node {
                             name: &def.name,
@@ -313,6 +509,7 @@ impl<'l, 'o> Expander<'l, 'o> {
                             kind: Some(def.kind),
                         },
                         def.name_loc,
+                        instance,
                     );
                 }
                 BTreeMap::new()
@@ -442,6 +639,8 @@ struct Resolver<'a> {
     node_params: &'a [(String, Node)],
     /// (sweep key index, value index) of this instance.
     coords: &'a [(usize, u32)],
+    /// The values of this instance's node-local axes, by name.
+    locals: &'a [(&'a str, &'a Scalar)],
     /// Resolved params: (is a node param, index) → value.
     cache: HashMap<(bool, usize), Value>,
     depth: usize,
@@ -456,6 +655,9 @@ fn located(mut error: TemplateError, loc: Loc) -> TemplateError {
 
 impl Resolver<'_> {
     fn lookup(&mut self, name: &str) -> Result<Value, TemplateError> {
+        if let Some((_, value)) = self.locals.iter().find(|(local, _)| *local == name) {
+            return Ok(value.to_json());
+        }
         if let Some(k) = self.sweep.key_index(name) {
             return match self.coords.iter().find(|(key, _)| *key == k) {
                 Some(&(_, v)) => Ok(self.sweep.values[k][v as usize].to_json()),

@@ -5,19 +5,28 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::de::{self, DeserializeOwned, Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
-use crate::de::{DeError, OrderedMap, deserialize_all, struct_fields};
+use crate::de::{DeError, OrderedMap, custom_with_hint, deserialize_all, struct_fields};
+use crate::diag::{did_you_mean, list_names};
 use crate::doc::{NodeCommon, Text};
+use crate::template;
 use crate::tree::Node;
 
 /// Every node kind the loader knows. To add one: write its struct below and add its line here.
 pub(crate) const KINDS: &[KindDef] = &[
     KindDef::of::<CommandKind>("command"),
     KindDef::of::<GroupKind>("group"),
+    KindDef::of::<HlsKind>("hls"),
+    KindDef::of::<WeaveKind>("weave"),
+    KindDef::of::<PartialsKind>("partials"),
+    KindDef::of::<ImageKind>("image"),
+    KindDef::of::<ProgramKind>("program"),
+    KindDef::of::<LoadKind>("load"),
 ];
 
 /// `command`: runs a shell command (or an argv list) in the project root; it writes its outputs under
@@ -46,6 +55,603 @@ pub(crate) struct CommandKind {
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GroupKind {}
+
+impl Kind for CommandKind {}
+impl Kind for GroupKind {}
+
+/// `hls`: compiles one accelerator, `hw/accelerators/<unit>/`, into the kernel its partials carry. The
+/// emulated flow builds a plugin with a C++ compiler; `vitis_hls` runs the HLS tool for `part`. List the unit's
+/// files in `inputs` (e.g. `"hw/accelerators/{unit}/*"` and `hw/accelerators/frac_kernel.h`) so that an edit
+/// rebuilds it.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HlsKind {
+    /// The accelerator (`top_k`, `cnn`, …; 1–32 of `a-z 0-9 _`): its sources are `hw/accelerators/<unit>/`.
+    pub unit: Tpl<UnitName>,
+    /// The C++ compiler of the emulated flow (default: the executor's `$CXX`, else `g++`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiler: Option<String>,
+    /// The flow: `emulated` (default) or `vitis_hls`.
+    #[serde(default)]
+    pub tool: Tpl<HlsTool>,
+    /// The FPGA part, for the real flow (e.g. `xcu280-fsvh2892-2L-e`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
+}
+
+impl Kind for HlsKind {
+    const CHECKS: bool = true;
+    fn check(&self, node: &str, root: &Path) -> Vec<KindProblem> {
+        let Tpl::Value(UnitName(unit)) = &self.unit else {
+            return Vec::new();
+        };
+        let dir = Path::new(ACCELERATORS).join(unit);
+        if root.join(&dir).is_dir() {
+            return Vec::new();
+        }
+        let known = subdirectories(&root.join(ACCELERATORS));
+        let hint = did_you_mean(unit, known.iter().map(String::as_str)).or_else(|| {
+            (!known.is_empty()).then(|| {
+                format!(
+                    "units in `{ACCELERATORS}/`: {}",
+                    list_names(known.iter().map(String::as_str))
+                )
+            })
+        });
+        vec![KindProblem {
+            key: "unit",
+            message: format!(
+                "unit `{unit}` of node `{node}` has no sources: `{}/` is not a directory",
+                dir.display()
+            ),
+            hint,
+        }]
+    }
+}
+
+/// Where the accelerators' sources are, relative to the project root.
+const ACCELERATORS: &str = "hw/accelerators";
+
+/// `weave`: places the units into the cells of the shell and writes the design (`design.json`). It reads the
+/// shell and each unit's `unit.yaml` (declarations, no C++): list them in `inputs`.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WeaveKind {
+    /// The shell: its cells and the modules each may hold, relative to the project root.
+    #[serde(default = "default_shell")]
+    pub shell: String,
+    /// The directory of the units (one subdirectory each), relative to the project root.
+    #[serde(default = "default_units")]
+    pub units: String,
+    /// The flow: `emulated` (default) or `spinhdl`.
+    #[serde(default)]
+    pub tool: Tpl<WeaveTool>,
+}
+
+fn default_shell() -> String {
+    "hw/shell.yaml".to_owned()
+}
+
+fn default_units() -> String {
+    ACCELERATORS.to_owned()
+}
+
+impl Kind for WeaveKind {
+    const CHECKS: bool = true;
+    fn check(&self, node: &str, root: &Path) -> Vec<KindProblem> {
+        let mut problems = Vec::new();
+        if !template::has_braces(&self.shell) && !root.join(&self.shell).is_file() {
+            problems.push(KindProblem {
+                key: "shell",
+                message: format!("shell `{}` of node `{node}` is not a file", self.shell),
+                hint: Some("`shell` is relative to the project root".to_owned()),
+            });
+        }
+        if !template::has_braces(&self.units) && !root.join(&self.units).is_dir() {
+            problems.push(KindProblem {
+                key: "units",
+                message: format!(
+                    "units directory `{}` of node `{node}` is not a directory",
+                    self.units
+                ),
+                hint: Some("`units` is relative to the project root".to_owned()),
+            });
+        }
+        problems
+    }
+}
+
+/// `partials`: the partial bitstreams of one unit, `icap/cXX_fYY.bin` for each cell that may hold it. It reads
+/// the design from its `weave` dependency and the kernel from its `hls` dependency.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PartialsKind {
+    /// The unit whose partials are made (as in its `hls` dependency).
+    pub unit: Tpl<UnitName>,
+    /// The flow: `emulated` (default) or `spinhdl` (`spinhdl spin UNIT` against each cell's abstract shell).
+    #[serde(default)]
+    pub tool: Tpl<WeaveTool>,
+}
+
+impl Kind for PartialsKind {}
+
+/// `image`: the full image `jtag/frac.bit`, from the design of its `weave` dependency and the kernels of all its
+/// `hls` dependencies; or, with `bypass: true`, the bypass image `bypass/frac.bit` (no fRAC; no dependencies).
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ImageKind {
+    /// Make the bypass image instead of the full image.
+    #[serde(default)]
+    pub bypass: bool,
+}
+
+impl Kind for ImageKind {}
+
+/// `program`: programs the device at `addr` with a full image (a side effect: it runs whenever its dependents
+/// do).
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProgramKind {
+    /// A full image file, relative to the project root (default: `jtag/frac.bit`, or `bypass/frac.bit`, of the
+    /// `image` dependency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The device, `HOST:PORT`.
+    pub addr: Tpl<DeviceAddr>,
+    /// The flow: `emulated` (default: the emulator's management channel) or `vivado` (the programming script,
+    /// then ping until the board answers, then settle).
+    #[serde(default)]
+    pub tool: Tpl<ProgramTool>,
+    /// Real flow: the programming script, relative to the project root (default `scripts/programfpga.sh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub programfpga: Option<String>,
+    /// Real flow: `VIVADO_ROOT` for the script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vivado_root: Option<String>,
+    /// Real flow: `HW_TARGET` for the script (the JTAG target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hw_target: Option<String>,
+    /// Real flow: seconds to wait after the board answers ping (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_s: Option<f64>,
+    /// Real flow: seconds to wait for the board to answer ping after programming (default 90).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_timeout_s: Option<f64>,
+}
+
+impl Kind for ProgramKind {
+    const CHECKS: bool = true;
+    fn check(&self, node: &str, root: &Path) -> Vec<KindProblem> {
+        match &self.image {
+            Some(image) if !template::has_braces(image) && !root.join(image).is_file() => {
+                vec![KindProblem {
+                    key: "image",
+                    message: format!("image `{image}` of node `{node}` is not a file"),
+                    hint: Some(
+                        "`image` is relative to the project root; leave it out to program the image of the `image` dependency"
+                            .to_owned(),
+                    ),
+                }]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// `load`: loads a partial bitstream into a slot of the device at `addr` through the reconfiguration
+/// controller: `WRITE_HBM` of `chunk_size` bytes each from `hbm_addr`, then `RECONF_ICAP`.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LoadKind {
+    /// The slot (cell) to reload, 0–3.
+    pub slot: Tpl<SlotNumber>,
+    /// The partial's file name (e.g. `c00_f00.bin`), found in a dependency's `icap/` outputs.
+    pub partial: Tpl<FileName>,
+    /// The device, `HOST:PORT`.
+    pub addr: Tpl<DeviceAddr>,
+    /// Bytes per `WRITE_HBM`: 64–256, a multiple of 64 (default 256).
+    #[serde(default = "default_chunk_size")]
+    pub chunk_size: Tpl<ChunkSize>,
+    /// Where the partial is staged in HBM: 32-byte aligned, below 2^33 (default `0x10004000`).
+    #[serde(default = "default_hbm_addr")]
+    pub hbm_addr: Tpl<HbmAddr>,
+}
+
+impl Kind for LoadKind {}
+
+fn default_chunk_size() -> Tpl<ChunkSize> {
+    Tpl::Value(ChunkSize(DEFAULT_CHUNK_SIZE))
+}
+
+fn default_hbm_addr() -> Tpl<HbmAddr> {
+    Tpl::Value(HbmAddr(DEFAULT_HBM_ADDR))
+}
+
+// The device's limits, as `fracflow-proto`'s `limits` has them (checked there again when loading).
+const SLOT_COUNT: i64 = 4;
+const MIN_CHUNK_SIZE: i64 = 64;
+const MAX_CHUNK_SIZE: i64 = 256;
+const CHUNK_STEP: i64 = 64;
+const DEFAULT_CHUNK_SIZE: u32 = 256;
+const DEFAULT_HBM_ADDR: u64 = 0x1000_4000;
+const HBM_ALIGN: u64 = 32;
+const HBM_ADDR_BITS: u32 = 33;
+const MAX_UNIT_NAME: usize = 32;
+
+/// A problem with a resolved value: the message, and a hint.
+type Problem = (String, Option<String>);
+
+/// A kind-specific value that may also be written as a template: checked as soon as it holds no `{…}`.
+pub(crate) trait Checked: Sized {
+    /// What the value must be, for messages: "a slot number 0–3".
+    const EXPECTING: &'static str;
+    fn from_int(value: i64) -> Result<Self, Problem> {
+        Err((
+            format!("expected {}, found the integer `{value}`", Self::EXPECTING),
+            None,
+        ))
+    }
+    fn from_text(text: &str) -> Result<Self, Problem>;
+    /// The schema of the value as written (templates included).
+    fn schema() -> Schema;
+}
+
+/// A [`Checked`] value, or a template string not yet filled in (at validation; each instance fills it in and
+/// checks the result).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Tpl<T> {
+    Value(T),
+    Pending(String),
+}
+
+impl<T: Default> Default for Tpl<T> {
+    fn default() -> Tpl<T> {
+        Tpl::Value(T::default())
+    }
+}
+
+impl<'de, T: Checked> Deserialize<'de> for Tpl<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tpl<T>, D::Error> {
+        struct TplVisitor<T>(std::marker::PhantomData<T>);
+        impl<T: Checked> Visitor<'_> for TplVisitor<T> {
+            type Value = Tpl<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(T::EXPECTING)
+            }
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<Tpl<T>, E> {
+                T::from_int(value)
+                    .map(Tpl::Value)
+                    .map_err(|(message, hint)| custom_with_hint(message, hint))
+            }
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<Tpl<T>, E> {
+                match i64::try_from(value) {
+                    Ok(value) => self.visit_i64(value),
+                    Err(_) => Err(E::custom(format_args!(
+                        "expected {}, found the integer `{value}`",
+                        T::EXPECTING
+                    ))),
+                }
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Tpl<T>, E> {
+                if template::has_braces(text) {
+                    return Ok(Tpl::Pending(text.to_owned()));
+                }
+                T::from_text(text)
+                    .map(Tpl::Value)
+                    .map_err(|(message, hint)| custom_with_hint(message, hint))
+            }
+        }
+        deserializer.deserialize_any(TplVisitor(std::marker::PhantomData))
+    }
+}
+
+impl<T: Serialize> Serialize for Tpl<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tpl::Value(value) => value.serialize(serializer),
+            Tpl::Pending(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl<T: Checked> JsonSchema for Tpl<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        T::EXPECTING.into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        T::schema()
+    }
+}
+
+/// An accelerator's name: 1–32 of `a-z 0-9 _` (the emulator's rule for unit names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct UnitName(pub String);
+
+impl Checked for UnitName {
+    const EXPECTING: &'static str = "a unit name (1–32 of `a-z 0-9 _`)";
+    fn from_text(text: &str) -> Result<UnitName, Problem> {
+        let valid = !text.is_empty()
+            && text.len() <= MAX_UNIT_NAME
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if valid {
+            return Ok(UnitName(text.to_owned()));
+        }
+        let hint = (text.len() <= MAX_UNIT_NAME && text != text.to_ascii_lowercase())
+            .then(|| format!("unit names are lower case: `{}`", text.to_ascii_lowercase()));
+        Err((
+            format!("expected {}, found `{text}`", Self::EXPECTING),
+            hint,
+        ))
+    }
+    fn schema() -> Schema {
+        json_schema!({ "type": "string" })
+    }
+}
+
+/// A slot of the device, 0–3.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct SlotNumber(pub u8);
+
+impl Checked for SlotNumber {
+    const EXPECTING: &'static str = "a slot number 0–3";
+    fn from_int(value: i64) -> Result<SlotNumber, Problem> {
+        match u8::try_from(value) {
+            Ok(slot) if i64::from(slot) < SLOT_COUNT => Ok(SlotNumber(slot)),
+            _ => Err((
+                format!("expected {}, found `{value}`", Self::EXPECTING),
+                Some("the device has four slots (cells C00–C03)".to_owned()),
+            )),
+        }
+    }
+    fn from_text(text: &str) -> Result<SlotNumber, Problem> {
+        match template::integer_expression(text) {
+            Some(Ok(value)) => SlotNumber::from_int(value),
+            _ => Err((
+                format!("expected {}, found `{text}`", Self::EXPECTING),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "anyOf": [
+                { "type": "integer", "minimum": 0, "maximum": SLOT_COUNT - 1 },
+                { "type": "string", "description": "A template giving the slot number, e.g. \"{slot}\"." }
+            ]
+        })
+    }
+}
+
+/// Bytes per `WRITE_HBM`: 64–256, a multiple of 64.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct ChunkSize(pub u32);
+
+impl Checked for ChunkSize {
+    const EXPECTING: &'static str = "a chunk size of 64, 128, 192 or 256 bytes";
+    fn from_int(value: i64) -> Result<ChunkSize, Problem> {
+        if (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&value) && value % CHUNK_STEP == 0 {
+            return Ok(ChunkSize(
+                u32::try_from(value).unwrap_or(DEFAULT_CHUNK_SIZE),
+            ));
+        }
+        Err((
+            format!("expected {}, found `{value}`", Self::EXPECTING),
+            Some(
+                "the reconfiguration controller takes 64–256 bytes per write, in multiples of 64"
+                    .to_owned(),
+            ),
+        ))
+    }
+    fn from_text(text: &str) -> Result<ChunkSize, Problem> {
+        match template::integer_expression(text) {
+            Some(Ok(value)) => ChunkSize::from_int(value),
+            _ => Err((
+                format!("expected {}, found `{text}`", Self::EXPECTING),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "anyOf": [
+                { "type": "integer", "enum": [64, 128, 192, 256] },
+                { "type": "string", "description": "A template giving the chunk size." }
+            ]
+        })
+    }
+}
+
+/// An HBM address: 32-byte aligned, below 2^33; written as an integer or a string (`"0x10004000"`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct HbmAddr(pub u64);
+
+impl Checked for HbmAddr {
+    const EXPECTING: &'static str = "a 32-byte aligned HBM address below 2^33";
+    fn from_int(value: i64) -> Result<HbmAddr, Problem> {
+        match u64::try_from(value) {
+            Ok(addr) if addr % HBM_ALIGN == 0 && addr >> HBM_ADDR_BITS == 0 => Ok(HbmAddr(addr)),
+            _ => Err((
+                format!("expected {}, found `{value:#x}`", Self::EXPECTING),
+                Some(format!("the default is `{DEFAULT_HBM_ADDR:#x}`")),
+            )),
+        }
+    }
+    fn from_text(text: &str) -> Result<HbmAddr, Problem> {
+        let trimmed = text.trim();
+        let hex = trimmed
+            .strip_prefix("0x")
+            .or_else(|| trimmed.strip_prefix("0X"));
+        let value = match hex {
+            Some(digits) => i64::from_str_radix(&digits.replace('_', ""), 16).ok(),
+            None => match template::integer_expression(trimmed) {
+                Some(Ok(value)) => Some(value),
+                _ => None,
+            },
+        };
+        match value {
+            Some(value) => HbmAddr::from_int(value),
+            None => Err((
+                format!(
+                    "expected {} (e.g. `0x10004000`), found `{text}`",
+                    Self::EXPECTING
+                ),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "description": "`0x…` hexadecimal, a decimal integer expression, or a template." }
+            ]
+        })
+    }
+}
+
+/// The device's network address, `HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct DeviceAddr(pub String);
+
+impl Checked for DeviceAddr {
+    const EXPECTING: &'static str = "a device address `HOST:PORT`";
+    fn from_text(text: &str) -> Result<DeviceAddr, Problem> {
+        let valid = text.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.contains(char::is_whitespace)
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if valid {
+            Ok(DeviceAddr(text.to_owned()))
+        } else {
+            Err((
+                format!(
+                    "expected {} (e.g. `127.0.0.1:7000`), found `{text}`",
+                    Self::EXPECTING
+                ),
+                None,
+            ))
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({ "type": "string", "description": "`HOST:PORT`, e.g. `127.0.0.1:7000`." })
+    }
+}
+
+/// A file name without a directory (`c00_f00.bin`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct FileName(pub String);
+
+impl Checked for FileName {
+    const EXPECTING: &'static str = "a file name such as `c00_f00.bin`";
+    fn from_text(text: &str) -> Result<FileName, Problem> {
+        if !text.is_empty() && !text.contains(['/', '\\']) && text != "." && text != ".." {
+            return Ok(FileName(text.to_owned()));
+        }
+        let hint = text
+            .rsplit_once('/')
+            .filter(|(_, name)| !name.is_empty())
+            .map(|(_, name)| format!("write the name alone, `{name}`: it is looked up in the `icap/` outputs of the dependencies"));
+        Err((
+            format!("expected {}, found `{text}`", Self::EXPECTING),
+            hint,
+        ))
+    }
+    fn schema() -> Schema {
+        json_schema!({ "type": "string" })
+    }
+}
+
+/// Defines a word-valued enum: its words, serde and schema.
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident($expecting:literal) { $($(#[$vmeta:meta])* $variant:ident = $word:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+        pub(crate) enum $name {
+            $($(#[$vmeta])* #[serde(rename = $word)] $variant),+
+        }
+
+        impl $name {
+            const WORDS: &[&str] = &[$($word),+];
+        }
+
+        impl Checked for $name {
+            const EXPECTING: &'static str = $expecting;
+            fn from_text(text: &str) -> Result<$name, Problem> {
+                $(if text == $word {
+                    return Ok($name::$variant);
+                })+
+                Err((
+                    format!("expected {}, found `{text}`", Self::EXPECTING),
+                    did_you_mean(text, Self::WORDS.iter().copied()),
+                ))
+            }
+            fn schema() -> Schema {
+                json_schema!({
+                    "anyOf": [
+                        { "enum": $name::WORDS },
+                        { "type": "string", "pattern": "[{}]", "description": "A template." }
+                    ]
+                })
+            }
+        }
+    };
+}
+
+words! {
+    /// The flow of an `hls` node.
+    HlsTool("`emulated` or `vitis_hls`") {
+        /// The emulated flow: a C++ compiler builds the kernel plugin.
+        #[default]
+        Emulated = "emulated",
+        /// AMD Vitis HLS (the real flow).
+        VitisHls = "vitis_hls",
+    }
+}
+
+words! {
+    /// The flow of a `weave` node.
+    WeaveTool("`emulated` or `spinhdl`") {
+        #[default]
+        Emulated = "emulated",
+        Spinhdl = "spinhdl",
+    }
+}
+
+words! {
+    /// The flow of a `program` node.
+    ProgramTool("`emulated` or `vivado`") {
+        #[default]
+        Emulated = "emulated",
+        Vivado = "vivado",
+    }
+}
+
+/// The directories directly under `dir`, sorted (for suggestions).
+fn subdirectories(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
 
 /// How a metric is read.
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
@@ -124,16 +730,51 @@ pub(crate) struct KindDef {
     /// Checks the kind's keys (a mapping) and returns them as the node's config.
     pub config: fn(&Node) -> Result<Config, Vec<DeError>>,
     pub schema: fn(&mut SchemaGenerator) -> Schema,
+    /// Checks a resolved config against the project (e.g. that the files it names exist); `None` when the
+    /// kind has nothing to check.
+    pub check: Option<CheckFn>,
 }
 
+/// Checks a node's resolved config (`&str` is the node's name, `&Path` the project root).
+pub(crate) type CheckFn = fn(&Config, &str, &Path) -> Vec<KindProblem>;
+
 impl KindDef {
-    const fn of<T: DeserializeOwned + Serialize + JsonSchema>(name: &'static str) -> KindDef {
+    const fn of<T: Kind>(name: &'static str) -> KindDef {
         KindDef {
             name,
             fields: struct_fields::<T>,
             config: config_of::<T>,
             schema: T::json_schema,
+            check: if T::CHECKS { Some(check_of::<T>) } else { None },
         }
+    }
+}
+
+/// A node kind's struct.
+pub(crate) trait Kind: DeserializeOwned + Serialize + JsonSchema {
+    /// Whether [`Kind::check`] does anything.
+    const CHECKS: bool = false;
+    /// Checks the resolved keys against the project under `root`.
+    fn check(&self, _node: &str, _root: &Path) -> Vec<KindProblem> {
+        Vec::new()
+    }
+}
+
+/// A problem [`Kind::check`] finds: the key it is about, the message and a hint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KindProblem {
+    pub key: &'static str,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+fn check_of<T: Kind>(config: &Config, node: &str, root: &Path) -> Vec<KindProblem> {
+    let value =
+        serde_json::Value::Object(config.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+    match serde_json::from_value::<T>(value) {
+        Ok(kind) => kind.check(node, root),
+        // The config came from `T` itself; nothing to add when it does not read back.
+        Err(_) => Vec::new(),
     }
 }
 

@@ -151,7 +151,12 @@ mod tests {
 
     #[test]
     fn kinds_are_listed() {
-        assert_eq!(known_kinds(), ["command", "group"]);
+        assert_eq!(
+            known_kinds(),
+            [
+                "command", "group", "hls", "weave", "partials", "image", "program", "load"
+            ]
+        );
     }
 
     #[test]

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use fracflow_core::{Graph, GraphError, Origin, Pipeline};
 
-use crate::de::{DeError, DeErrorKind, Sp, deserialize_all};
+use crate::de::{DeError, DeErrorKind, Sp, deserialize_all, split_hint};
 use crate::diag::{Diagnostic, Diagnostics, did_you_mean, list_choices, list_names};
-use crate::doc::{Document, DurationValue, NodeCommon, Scalar};
+use crate::doc::{AxisValues, Document, DurationValue, Foreach, NodeCommon, Scalar};
 use crate::expand::{check_duration, check_output, check_resource};
 use crate::kinds::{self, KINDS, KindDef};
 use crate::source::Sources;
@@ -93,12 +93,67 @@ pub(crate) struct NodeDef {
     pub kind_map: Node,
     /// The config when no kind key holds a template (then it is the same for every instance).
     pub fixed_config: Option<kinds::Config>,
-    /// Sweep key indices, in sweep order.
-    pub foreach: Vec<usize>,
+    /// The axes the node is expanded over, in the order of its instance ids.
+    pub foreach: Vec<Axis>,
     /// Declaration indices of the dependencies.
     pub deps: Vec<usize>,
     /// Node-local params.
     pub params: Vec<(String, Node)>,
+}
+
+impl NodeDef {
+    /// The sweep keys among the node's axes.
+    pub fn sweep_keys(&self) -> Vec<usize> {
+        sweep_keys(&self.foreach)
+    }
+}
+
+/// The sweep keys among `axes`, sorted.
+fn sweep_keys(axes: &[Axis]) -> Vec<usize> {
+    let mut keys: Vec<usize> = axes
+        .iter()
+        .filter_map(|axis| match axis {
+            Axis::Sweep(k) => Some(*k),
+            Axis::Local(_) => None,
+        })
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// One axis of a node's `foreach`.
+#[derive(Debug)]
+pub(crate) enum Axis {
+    /// A key of the pipeline's sweep (its index): its values among the selected points.
+    Sweep(usize),
+    /// An axis of the node's own, with its values.
+    Local(LocalAxis),
+}
+
+/// A node-local axis: `unit: [top_k, log]` in a `foreach` mapping.
+#[derive(Debug)]
+pub(crate) struct LocalAxis {
+    pub name: String,
+    pub loc: Loc,
+    pub values: Vec<Scalar>,
+    /// `values` as text, for ids and for matching dependencies.
+    pub texts: Vec<String>,
+}
+
+impl Axis {
+    pub fn name<'a>(&'a self, sweep: &'a Sweep) -> &'a str {
+        match self {
+            Axis::Sweep(k) => &sweep.keys[*k],
+            Axis::Local(local) => &local.name,
+        }
+    }
+
+    pub fn local(&self) -> Option<&LocalAxis> {
+        match self {
+            Axis::Sweep(_) => None,
+            Axis::Local(local) => Some(local),
+        }
+    }
 }
 
 pub(crate) struct Loader<'o> {
@@ -265,109 +320,21 @@ impl<'o> Loader<'o> {
 
     /// Turns a deserialization error into a diagnostic.
     pub fn de_error(&mut self, error: &DeError, scope: Scope<'_>, fallback: Loc) {
-        let path = error.path();
-        let (whole_node, place) = match scope {
-            Scope::Top if path.is_empty() => (true, String::new()),
-            Scope::Top => (false, format!(" in `{path}`")),
-            Scope::Node { name, .. } if path.is_empty() => (true, format!(" in node `{name}`")),
-            Scope::Node { name, .. } => (false, format!(" in `{path}` of node `{name}`")),
-        };
-        let mut loc = error.loc.unwrap_or(fallback);
-        let mut hint = None;
-        let message = match &error.kind {
-            DeErrorKind::UnknownField { field, expected } => {
-                let mut candidates: Vec<&str> = expected.to_vec();
-                if let Scope::Node {
-                    kind: Some(kind), ..
-                } = scope
-                    && whole_node
-                {
-                    // A key of another kind says more than a near miss among this kind's keys.
-                    let owners: Vec<&str> = KINDS
-                        .iter()
-                        .filter(|k| (k.fields)().contains(&field.as_str()))
-                        .map(|k| k.name)
-                        .collect();
-                    if owners.is_empty() {
-                        candidates.extend(kinds::common_fields());
-                        hint = did_you_mean(field, candidates.iter().copied());
-                    } else {
-                        hint = Some(format!(
-                            "`{field}` is a key of kind {}, not of kind `{}`",
-                            list_names(owners),
-                            kind.name
-                        ));
-                    }
-                } else {
-                    hint = did_you_mean(field, candidates.iter().copied());
-                }
-                match scope {
-                    Scope::Top if whole_node => format!("unknown top-level key `{field}`"),
-                    _ => format!("unknown key `{field}`{place}"),
-                }
-            }
-            DeErrorKind::UnknownVariant { variant, expected } => {
-                hint = did_you_mean(variant, expected.iter().copied());
-                format!(
-                    "unknown key `{variant}`{place}; expected {}",
-                    list_choices(expected.iter().copied())
-                )
-            }
-            DeErrorKind::MissingField(field) => {
-                if let Scope::Node { name, at, kind } = scope
-                    && whole_node
-                {
-                    loc = at;
-                    match kind {
-                        Some(kind) => {
-                            format!(
-                                "missing required key `{field}` in node `{name}` (kind `{}`)",
-                                kind.name
-                            )
-                        }
-                        None => format!("missing required key `{field}` in node `{name}`"),
-                    }
-                } else {
-                    format!("missing required key `{field}`{place}")
-                }
-            }
-            DeErrorKind::InvalidType { found, expected } => {
-                if found == "a mapping" && expected.contains("string") {
-                    hint = Some(
-                        "in YAML, a value that starts with `{` is a mapping; quote it, e.g. \"{m}\"".to_owned(),
-                    );
-                }
-                if whole_node {
-                    match scope {
-                        Scope::Node { name, .. } => {
-                            format!("node `{name}` must be {expected}, found {found}")
-                        }
-                        Scope::Top => {
-                            format!("expected {expected} at the top level, found {found}")
-                        }
-                    }
-                } else {
-                    format!(
-                        "wrong type for `{path}`{}: expected {expected}, found {found}",
-                        node_suffix(scope)
-                    )
-                }
-            }
-            DeErrorKind::InvalidValue { found, expected } => {
-                format!(
-                    "invalid value for `{path}`{}: expected {expected}, found {found}",
-                    node_suffix(scope)
-                )
-            }
-            DeErrorKind::Custom(text) => {
-                if whole_node {
-                    format!("{text}{place}")
-                } else {
-                    format!("invalid `{path}`{}: {text}", node_suffix(scope))
-                }
-            }
-        };
+        let (loc, message, hint) = de_message(error, scope, fallback);
         self.error(loc, message, hint);
+    }
+
+    /// Turns a deserialization error of one instance's config into a diagnostic, reported once for all the
+    /// instances where it comes up.
+    pub fn instance_de_error(
+        &mut self,
+        error: &DeError,
+        scope: Scope<'_>,
+        fallback: Loc,
+        instance: Option<&str>,
+    ) {
+        let (loc, message, hint) = de_message(error, scope, fallback);
+        self.instance_error(loc, message, hint, instance);
     }
 
     /// A template error in a string of `owner` (a node or param), for one instance when `instance` is given.
@@ -686,32 +653,8 @@ impl<'o> Loader<'o> {
                     None,
                 );
             }
-            let mut texts: Vec<String> = Vec::with_capacity(values.len());
-            let mut distinct: HashSet<String> = HashSet::with_capacity(values.len());
-            for value in values.iter() {
-                let text = value.value.to_string();
-                if text.contains([',', '=', '[', ']'])
-                    || text.contains(char::is_whitespace)
-                    || text.is_empty()
-                {
-                    self.error(
-                        value.loc,
-                        format!("sweep value `{text}` cannot be used in node ids"),
-                        Some(
-                            "sweep values may not be empty or contain spaces, `,`, `=`, `[` or `]`"
-                                .to_owned(),
-                        ),
-                    );
-                }
-                if !distinct.insert(text.clone()) {
-                    self.error(
-                        value.loc,
-                        format!("value `{text}` appears twice in sweep key `{}`", key.value),
-                        None,
-                    );
-                }
-                texts.push(text);
-            }
+            let texts =
+                self.axis_texts(values, "sweep value", &format!("sweep key `{}`", key.value));
             sweep.keys.push(key.value.clone());
             sweep.key_locs.push(key.loc);
             sweep
@@ -826,6 +769,37 @@ impl<'o> Loader<'o> {
         }
         sweep.fill_points(&allowed, &rules);
         sweep
+    }
+
+    /// The values of a sweep key or local axis as text (for ids), each checked: usable in an id, and not twice.
+    /// `what` names a value (`sweep value`), `owner` the axis (`sweep key `m``).
+    fn axis_texts(&mut self, values: &[Sp<Scalar>], what: &str, owner: &str) -> Vec<String> {
+        let mut texts: Vec<String> = Vec::with_capacity(values.len());
+        let mut distinct: HashSet<String> = HashSet::with_capacity(values.len());
+        for value in values {
+            let text = value.value.to_string();
+            if text.contains([',', '=', '[', ']'])
+                || text.contains(char::is_whitespace)
+                || text.is_empty()
+            {
+                self.error(
+                    value.loc,
+                    format!("{what} `{text}` cannot be used in node ids"),
+                    Some(format!(
+                        "{what}s may not be empty or contain spaces, `,`, `=`, `[` or `]`"
+                    )),
+                );
+            }
+            if !distinct.insert(text.clone()) {
+                self.error(
+                    value.loc,
+                    format!("value `{text}` appears twice in {owner}"),
+                    None,
+                );
+            }
+            texts.push(text);
+        }
+        texts
     }
 
     /// `--set NAME=VALUE` overrides (applied last).
@@ -1109,35 +1083,9 @@ impl<'o> Loader<'o> {
         let common = common?;
 
         // foreach
-        let mut foreach = Vec::new();
-        for key in &common.foreach {
-            match sweep.key_index(&key.value) {
-                Some(k) => foreach.push(k),
-                None if !references => ok = false,
-                None => {
-                    let hint = did_you_mean(&key.value, sweep.keys.iter().map(String::as_str))
-                        .or_else(|| {
-                            params.index.contains_key(&key.value).then(|| {
-                                format!(
-                                    "`{}` is a param; only sweep keys can be in `foreach`",
-                                    key.value
-                                )
-                            })
-                        });
-                    self.error(
-                        key.loc,
-                        format!(
-                            "node `{name}` has `{}` in `foreach`, but it is not a sweep key",
-                            key.value
-                        ),
-                        hint,
-                    );
-                    ok = false;
-                }
-            }
-        }
-        foreach.sort_unstable();
-        foreach.dedup();
+        let (foreach, foreach_ok) =
+            self.check_foreach(name, &common.foreach, sweep, params, references);
+        ok &= foreach_ok;
 
         // deps
         let mut deps = Vec::new();
@@ -1185,6 +1133,20 @@ impl<'o> Loader<'o> {
                     key.loc,
                     format!(
                         "param `{}` of node `{name}` has the name of a sweep key",
+                        key.value
+                    ),
+                    Some("rename it; `{…}` in this node would be ambiguous".to_owned()),
+                );
+                ok = false;
+            } else if foreach
+                .iter()
+                .filter_map(Axis::local)
+                .any(|axis| axis.name == key.value)
+            {
+                self.error(
+                    key.loc,
+                    format!(
+                        "param `{}` of node `{name}` has the name of one of its `foreach` axes",
                         key.value
                     ),
                     Some("rename it; `{…}` in this node would be ambiguous".to_owned()),
@@ -1245,6 +1207,189 @@ impl<'o> Loader<'o> {
         })
     }
 
+    /// The axes of a node's `foreach`: a list of sweep keys (in sweep order), or a mapping of `KEY: sweep` and
+    /// node-local `KEY: [V1, V2]` (in the order written), and whether they are all fine (problems are reported,
+    /// except names that cannot be checked because the sweep or params are broken: `references` is false).
+    /// A broken axis is still returned (without values), so that templates naming it are not reported too.
+    fn check_foreach(
+        &mut self,
+        name: &str,
+        foreach: &Foreach,
+        sweep: &Sweep,
+        params: &Params,
+        references: bool,
+    ) -> (Vec<Axis>, bool) {
+        let mut ok = true;
+        let broken = |key: &Sp<String>| {
+            Axis::Local(LocalAxis {
+                name: key.value.clone(),
+                loc: key.loc,
+                values: Vec::new(),
+                texts: Vec::new(),
+            })
+        };
+        let mut axes = Vec::new();
+        let not_swept = |key: &str| {
+            did_you_mean(key, sweep.keys.iter().map(String::as_str)).or_else(|| {
+                params.index.contains_key(key).then(|| {
+                    format!("`{key}` is a param; only sweep keys and node-local axes can be in `foreach`")
+                })
+            })
+        };
+        match foreach {
+            Foreach::Keys(keys) => {
+                let mut indices = Vec::new();
+                for key in keys {
+                    match sweep.key_index(&key.value) {
+                        Some(k) => indices.push(k),
+                        None if !references => ok = false,
+                        None => {
+                            let hint = not_swept(&key.value).or_else(|| {
+                                Some(format!(
+                                    "a node-local axis is written as a mapping: `foreach: {{{}: [V1, V2]}}`",
+                                    key.value
+                                ))
+                            });
+                            self.error(
+                                key.loc,
+                                format!(
+                                    "node `{name}` has `{}` in `foreach`, but it is not a sweep key",
+                                    key.value
+                                ),
+                                hint,
+                            );
+                            ok = false;
+                        }
+                    }
+                }
+                indices.sort_unstable();
+                indices.dedup();
+                axes.extend(indices.into_iter().map(Axis::Sweep));
+            }
+            Foreach::Axes(entries) => {
+                for (key, value) in entries.iter() {
+                    match &value.value {
+                        AxisValues::Word(word) if word == "sweep" => {
+                            match sweep.key_index(&key.value) {
+                                Some(k) => axes.push(Axis::Sweep(k)),
+                                None if !references => {
+                                    axes.push(broken(key));
+                                    ok = false;
+                                }
+                                None => {
+                                    axes.push(broken(key));
+                                    let hint = not_swept(&key.value).or_else(|| {
+                                        Some(if sweep.keys.is_empty() {
+                                            format!("this pipeline sweeps nothing; give the axis its own values: `{}: [V1, V2]`", key.value)
+                                        } else {
+                                            format!(
+                                                "swept keys: {}; an axis of the node's own is written `{}: [V1, V2]`",
+                                                list_names(sweep.keys.iter().map(String::as_str)),
+                                                key.value
+                                            )
+                                        })
+                                    });
+                                    self.error(
+                                        value.loc,
+                                        format!(
+                                            "node `{name}` has `{}: sweep` in `foreach`, but `{}` is not a sweep key",
+                                            key.value, key.value
+                                        ),
+                                        hint,
+                                    );
+                                    ok = false;
+                                }
+                            }
+                        }
+                        AxisValues::Word(word) => {
+                            axes.push(broken(key));
+                            let hint = did_you_mean(word, ["sweep"]).or_else(|| {
+                                Some(format!(
+                                    "write `{}: sweep` for the pipeline's sweep key, or `{}: [{word}]` for an axis with one value",
+                                    key.value, key.value
+                                ))
+                            });
+                            self.error(
+                                value.loc,
+                                format!(
+                                    "`{}` in the `foreach` of node `{name}` must be `sweep` or a list of values, found the string `{word}`",
+                                    key.value
+                                ),
+                                hint,
+                            );
+                            ok = false;
+                        }
+                        AxisValues::Values(values) => {
+                            if let Some(k) = sweep.key_index(&key.value) {
+                                let d = self
+                                    .src
+                                    .diag(
+                                        key.loc,
+                                        format!(
+                                            "node `{name}` gives `{}` values of its own in `foreach`, but `{}` is a sweep key",
+                                            key.value, key.value
+                                        ),
+                                    )
+                                    .with_hint(Some(format!(
+                                        "write `{}: sweep` to expand over the sweep's values (narrow them with `exclude` or `--only`), or rename this axis",
+                                        key.value
+                                    )))
+                                    .with_note(format!(
+                                        "swept at {}",
+                                        self.src.describe(sweep.key_locs[k])
+                                    ));
+                                self.push(key.loc, d);
+                                axes.push(Axis::Sweep(k));
+                                ok = false;
+                                continue;
+                            }
+                            if !is_identifier(&key.value) {
+                                self.error(
+                                    key.loc,
+                                    format!(
+                                        "axis name `{}` must be an identifier (letters, digits, `_`)",
+                                        key.value
+                                    ),
+                                    None,
+                                );
+                                ok = false;
+                            }
+                            if values.is_empty() {
+                                self.error(
+                                    value.loc,
+                                    format!(
+                                        "local axis `{}` of node `{name}` has no values",
+                                        key.value
+                                    ),
+                                    Some(
+                                        "list at least one value, e.g. `unit: [top_k]`".to_owned(),
+                                    ),
+                                );
+                                axes.push(broken(key));
+                                ok = false;
+                                continue;
+                            }
+                            let errors = self.diags.len();
+                            let texts = self.axis_texts(
+                                values,
+                                "axis value",
+                                &format!("local axis `{}` of node `{name}`", key.value),
+                            );
+                            ok &= self.diags.len() == errors;
+                            axes.push(Axis::Local(LocalAxis {
+                                name: key.value.clone(),
+                                loc: key.loc,
+                                values: values.iter().map(|v| v.value.clone()).collect(),
+                                texts,
+                            }));
+                        }
+                    }
+                }
+            }
+        }
+        (axes, ok)
+    }
+
     /// Every template of a node must parse and name known values; swept keys (directly or through params)
     /// must be in the node's `foreach`.
     #[allow(clippy::too_many_arguments)]
@@ -1254,11 +1399,17 @@ impl<'o> Loader<'o> {
         common: &NodeCommon,
         kind_map: &Node,
         node_params: &[(String, Node)],
-        foreach: &[usize],
+        foreach: &[Axis],
         sweep: &Sweep,
         params: &Params,
     ) -> bool {
         let owner = format!("node `{name}`");
+        let locals: Vec<&str> = foreach
+            .iter()
+            .filter_map(Axis::local)
+            .map(|axis| axis.name.as_str())
+            .collect();
+        let swept = sweep_keys(foreach);
         let mut ok = true;
         // (text, position, the node param it belongs to)
         let mut texts: Vec<(&str, Loc, Option<usize>)> = Vec::new();
@@ -1299,13 +1450,15 @@ impl<'o> Loader<'o> {
                 }
             };
             for used in parsed.names() {
-                let known = node_params.iter().any(|(n, _)| n == used)
+                let known = locals.contains(&used)
+                    || node_params.iter().any(|(n, _)| n == used)
                     || params.index.contains_key(used)
                     || sweep.key_index(used).is_some();
                 if !known {
-                    let candidates = node_params
+                    let candidates = locals
                         .iter()
-                        .map(|(n, _)| n.as_str())
+                        .copied()
+                        .chain(node_params.iter().map(|(n, _)| n.as_str()))
                         .chain(params.index.keys().map(String::as_str))
                         .chain(sweep.keys.iter().map(String::as_str));
                     let hint = did_you_mean(used, candidates);
@@ -1333,6 +1486,7 @@ impl<'o> Loader<'o> {
             let mut visiting = HashSet::new();
             let keys = swept_keys_of(
                 &used,
+                &locals,
                 node_params,
                 &param_refs,
                 params,
@@ -1350,7 +1504,7 @@ impl<'o> Loader<'o> {
                 continue;
             };
             for (key, through) in keys {
-                if foreach.contains(&key) || !reported.insert((loc, key)) {
+                if swept.contains(&key) || !reported.insert((loc, key)) {
                     continue;
                 }
                 let key_name = &sweep.keys[key];
@@ -1488,6 +1642,116 @@ impl<'o> Loader<'o> {
     }
 }
 
+/// The position, message and hint of a deserialization error.
+fn de_message(error: &DeError, scope: Scope<'_>, fallback: Loc) -> (Loc, String, Option<String>) {
+    let path = error.path();
+    let (whole_node, place) = match scope {
+        Scope::Top if path.is_empty() => (true, String::new()),
+        Scope::Top => (false, format!(" in `{path}`")),
+        Scope::Node { name, .. } if path.is_empty() => (true, format!(" in node `{name}`")),
+        Scope::Node { name, .. } => (false, format!(" in `{path}` of node `{name}`")),
+    };
+    let mut loc = error.loc.unwrap_or(fallback);
+    let mut hint = None;
+    let message = match &error.kind {
+        DeErrorKind::UnknownField { field, expected } => {
+            let mut candidates: Vec<&str> = expected.to_vec();
+            if let Scope::Node {
+                kind: Some(kind), ..
+            } = scope
+                && whole_node
+            {
+                // A key of another kind says more than a near miss among this kind's keys.
+                let owners: Vec<&str> = KINDS
+                    .iter()
+                    .filter(|k| (k.fields)().contains(&field.as_str()))
+                    .map(|k| k.name)
+                    .collect();
+                if owners.is_empty() {
+                    candidates.extend(kinds::common_fields());
+                    hint = did_you_mean(field, candidates.iter().copied());
+                } else {
+                    hint = Some(format!(
+                        "`{field}` is a key of kind {}, not of kind `{}`",
+                        list_names(owners),
+                        kind.name
+                    ));
+                }
+            } else {
+                hint = did_you_mean(field, candidates.iter().copied());
+            }
+            match scope {
+                Scope::Top if whole_node => format!("unknown top-level key `{field}`"),
+                _ => format!("unknown key `{field}`{place}"),
+            }
+        }
+        DeErrorKind::UnknownVariant { variant, expected } => {
+            hint = did_you_mean(variant, expected.iter().copied());
+            format!(
+                "unknown key `{variant}`{place}; expected {}",
+                list_choices(expected.iter().copied())
+            )
+        }
+        DeErrorKind::MissingField(field) => {
+            if let Scope::Node { name, at, kind } = scope
+                && whole_node
+            {
+                loc = at;
+                match kind {
+                    Some(kind) => {
+                        format!(
+                            "missing required key `{field}` in node `{name}` (kind `{}`)",
+                            kind.name
+                        )
+                    }
+                    None => format!("missing required key `{field}` in node `{name}`"),
+                }
+            } else {
+                format!("missing required key `{field}`{place}")
+            }
+        }
+        DeErrorKind::InvalidType { found, expected } => {
+            if found == "a mapping" && expected.contains("string") {
+                hint = Some(
+                    "in YAML, a value that starts with `{` is a mapping; quote it, e.g. \"{m}\""
+                        .to_owned(),
+                );
+            }
+            if whole_node {
+                match scope {
+                    Scope::Node { name, .. } => {
+                        format!("node `{name}` must be {expected}, found {found}")
+                    }
+                    Scope::Top => {
+                        format!("expected {expected} at the top level, found {found}")
+                    }
+                }
+            } else {
+                format!(
+                    "wrong type for `{path}`{}: expected {expected}, found {found}",
+                    node_suffix(scope)
+                )
+            }
+        }
+        DeErrorKind::InvalidValue { found, expected } => {
+            format!(
+                "invalid value for `{path}`{}: expected {expected}, found {found}",
+                node_suffix(scope)
+            )
+        }
+        DeErrorKind::Custom(text) => {
+            let (text, custom_hint) = split_hint(text);
+            hint = custom_hint.map(str::to_owned);
+            if whole_node {
+                format!("{text}{place}")
+            } else {
+                format!("invalid `{path}`{}: {text}", node_suffix(scope))
+            }
+        }
+    };
+    (loc, message, hint)
+}
+
 /// `gen` of `gen[m=1]`.
 fn base_name(id: &str) -> &str {
     id.split_once('[').map_or(id, |(name, _)| name)
@@ -1532,8 +1796,10 @@ pub(crate) fn strings_of(node: &Node) -> Vec<(&str, Loc)> {
 
 /// The swept keys `name` brings into a node's template, each with the param it came through (if any).
 /// `None` on a cycle among node params.
+#[allow(clippy::too_many_arguments)]
 fn swept_keys_of(
     name: &str,
+    locals: &[&str],
     node_params: &[(String, Node)],
     param_refs: &[Vec<String>],
     params: &Params,
@@ -1542,6 +1808,10 @@ fn swept_keys_of(
     visiting: &mut HashSet<usize>,
 ) -> Option<Vec<(usize, Option<String>)>> {
     let via = trail.first().cloned();
+    if locals.contains(&name) {
+        // A node-local axis: the node is expanded over it by definition (and it hides a param of its name).
+        return Some(Vec::new());
+    }
     if let Some(i) = node_params.iter().position(|(n, _)| n == name) {
         if !visiting.insert(i) {
             return None;
@@ -1551,6 +1821,7 @@ fn swept_keys_of(
         for used in &param_refs[i] {
             keys.extend(swept_keys_of(
                 used,
+                locals,
                 node_params,
                 param_refs,
                 params,

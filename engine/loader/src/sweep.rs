@@ -97,26 +97,6 @@ impl Sweep {
         self.projections.insert(keys.to_vec(), Rc::clone(&out));
         out
     }
-
-    /// `name[m=1024,n=4]`, or `name` for an unswept instance.
-    pub fn instance_id(&self, name: &str, keys: &[usize], coords: &[u32]) -> String {
-        if keys.is_empty() {
-            return name.to_owned();
-        }
-        let mut id = String::with_capacity(name.len() + 16 * keys.len());
-        id.push_str(name);
-        id.push('[');
-        for (i, (&key, &value)) in keys.iter().zip(coords).enumerate() {
-            if i > 0 {
-                id.push(',');
-            }
-            id.push_str(&self.keys[key]);
-            id.push('=');
-            id.push_str(&self.texts[key][value as usize]);
-        }
-        id.push(']');
-        id
-    }
 }
 
 #[cfg(test)]
@@ -161,7 +141,6 @@ mod tests {
             vec![vec![0, 0], vec![0, 1], vec![0, 2], vec![1, 1]]
         );
         assert_eq!(*s.instances(&[1]), vec![vec![0], vec![1], vec![2]]);
-        assert_eq!(s.instance_id("gen", &[0, 1], &[1, 2]), "gen[k0=2,k1=30]");
     }
 
     #[test]

@@ -88,6 +88,12 @@ catalogue! {
     uses_broken_set,
     metric_typo,
     unquoted_template,
+    foreach_local_is_swept,
+    foreach_sweep_not_swept,
+    foreach_bad_axis,
+    local_axis_unmatched_dep,
+    fpga_bad_values,
+    fpga_missing_sources,
 }
 
 #[test]

@@ -567,6 +567,428 @@ nodes:
     }
 }
 
+mod local_axes {
+    use super::*;
+
+    #[test]
+    fn a_mapping_foreach_mixes_sweep_keys_and_local_axes_in_the_order_written() {
+        let p = one(r#"pipeline: p
+sweep: {m: [1024, 4096], n: [1, 4]}
+exclude: [{m: 4096, n: 4}]
+nodes:
+  gen:
+    kind: command
+    foreach: {unit: [top_k, log], m: sweep}
+    params: {dir: "hw/{unit}"}
+    run: build {unit} {m} {dir}
+  swapped:
+    kind: command
+    foreach: {n: sweep, m: sweep}
+    run: echo {m} {n}
+  local:
+    kind: command
+    foreach: {unit: [top_k, log], level: [1, 2]}
+    run: echo {unit} {level * 10}
+"#);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            ids_of(&loaded, "gen"),
+            [
+                "gen[unit=top_k,m=1024]",
+                "gen[unit=top_k,m=4096]",
+                "gen[unit=log,m=1024]",
+                "gen[unit=log,m=4096]"
+            ]
+        );
+        assert_eq!(
+            run(&loaded, "gen[unit=log,m=4096]"),
+            &json!("build log 4096 hw/log")
+        );
+        assert_eq!(
+            spec(&loaded, "gen[unit=log,m=4096]").point,
+            [("m", json!(4096)), ("unit", json!("log"))]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect()
+        );
+        // Sweep keys written out of sweep order: the ids follow the mapping; excluded points stay out.
+        assert_eq!(
+            ids_of(&loaded, "swapped"),
+            [
+                "swapped[n=1,m=1024]",
+                "swapped[n=1,m=4096]",
+                "swapped[n=4,m=1024]"
+            ]
+        );
+        assert_eq!(
+            ids_of(&loaded, "local"),
+            [
+                "local[unit=top_k,level=1]",
+                "local[unit=top_k,level=2]",
+                "local[unit=log,level=1]",
+                "local[unit=log,level=2]"
+            ]
+        );
+        assert_eq!(
+            run(&loaded, "local[unit=log,level=2]"),
+            &json!("echo log 20")
+        );
+        assert_eq!(
+            spec(&loaded, "local[unit=log,level=2]").point["level"],
+            json!(2)
+        );
+    }
+
+    #[test]
+    fn dependencies_match_on_local_axes_by_value() {
+        let p = one(r#"pipeline: p
+sweep: {m: [1, 2]}
+nodes:
+  build:
+    kind: command
+    foreach: {unit: [a, b, c]}
+    run: make {unit}
+  per_unit:
+    kind: command
+    foreach: {unit: [c, a]}
+    deps: [build]
+    run: use {unit}
+  per_point:
+    kind: command
+    foreach: {m: sweep, unit: [a, c]}
+    deps: [per_unit, build]
+    run: run {m} {unit}
+  fan_in:
+    kind: group
+    deps: [build]
+  per_m:
+    kind: command
+    foreach: [m]
+    deps: [per_point]
+    run: plot {m}
+"#);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            ids_of(&loaded, "per_unit"),
+            ["per_unit[unit=c]", "per_unit[unit=a]"]
+        );
+        assert_eq!(deps(&loaded, "per_unit[unit=c]"), ["build[unit=c]"]);
+        assert_eq!(
+            deps(&loaded, "fan_in"),
+            ["build[unit=a]", "build[unit=b]", "build[unit=c]"]
+        );
+        assert_eq!(
+            deps(&loaded, "per_point[m=1,unit=c]"),
+            ["per_unit[unit=c]", "build[unit=c]"]
+        );
+        assert_eq!(
+            deps(&loaded, "per_m[m=2]"),
+            ["per_point[m=2,unit=a]", "per_point[m=2,unit=c]"]
+        );
+        // `per_unit` has no `unit=b`: that instance is an error, reported once with the value.
+        let p = one(r#"pipeline: p
+nodes:
+  build:
+    kind: command
+    foreach: {unit: [a, b]}
+    run: make {unit}
+  use:
+    kind: command
+    foreach: {unit: [a, b, c, d]}
+    deps: [build]
+    run: use {unit}
+"#);
+        let text = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(
+            text.contains("error: node `use` depends on `build`, which has no instance with unit=c (instance `use[unit=c]`)"),
+            "{text}"
+        );
+        assert!(text.contains("--> pipelines/p.yaml:10:12"), "{text}");
+        assert_eq!(text.matches("error: ").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn a_local_axis_hides_a_param_of_its_name_and_only_filters_sweep_keys() {
+        let p = one(r#"pipeline: p
+params: {unit: none, label: "u-{n}"}
+sweep: {n: [1, 2]}
+nodes:
+  gen:
+    kind: command
+    foreach: {unit: [a, b], n: sweep}
+    run: echo {unit} {label}
+  other:
+    kind: command
+    run: echo {unit}
+"#);
+        let mut opts = p.opts();
+        opts.only = vec![parse_only("n=2").expect("filter")];
+        let loaded = p.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(
+            ids_of(&loaded, "gen"),
+            ["gen[unit=a,n=2]", "gen[unit=b,n=2]"]
+        );
+        assert_eq!(run(&loaded, "gen[unit=b,n=2]"), &json!("echo b u-2"));
+        assert_eq!(run(&loaded, "other"), &json!("echo none"));
+        opts.only = vec![parse_only("unit=a").expect("filter")];
+        let text = p.errors("pipelines/p.yaml", &opts);
+        assert!(
+            text.contains("`--only unit=a`: `unit` is not a sweep key"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_node_with_only_local_axes_exists_when_every_point_is_excluded() {
+        let p = one(
+            "pipeline: p\nsweep: {n: [1]}\nexclude: [{n: 1}]\nnodes:\n  a:\n    kind: command\n    foreach: {u: [x, y]}\n    run: echo {u}\n  b:\n    kind: command\n    foreach: {u: [x], n: sweep}\n    run: echo {u} {n}\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(ids(&loaded), ["a[u=x]", "a[u=y]"]);
+    }
+}
+
+mod fpga {
+    use super::*;
+
+    const BUILD_SET: &str = r#"# The shared FPGA build chain, as figure pipelines import it.
+params: {device: "127.0.0.1:7000"}
+nodes:
+  hls:
+    kind: hls
+    foreach: {unit: [top_k, log]}
+    inputs: ["hw/accelerators/{unit}/*", hw/accelerators/frac_kernel.h]
+    outputs: [plugin.so, unit.json]
+    unit: "{unit}"
+  weave:
+    kind: weave
+    inputs: [hw/shell.yaml, "hw/accelerators/*/unit.yaml"]
+    outputs: [design.json]
+  partials:
+    kind: partials
+    foreach: {unit: [top_k, log]}
+    deps: [weave, hls]
+    outputs: [icap/]
+    unit: "{unit}"
+  image:
+    kind: image
+    deps: [weave, hls]
+    outputs: [jtag/frac.bit]
+  program:
+    kind: program
+    deps: [image]
+    resources: ["device:fpga0"]
+    addr: "{device}"
+"#;
+
+    const PIPELINE: &str = r#"pipeline: fig
+uses: [common/build.yaml]
+sweep: {m: [1024, 4096]}
+nodes:
+  load:
+    kind: load
+    foreach: {m: sweep, slot: [0, 2]}
+    deps: [program, partials]
+    resources: ["device:fpga0"]
+    slot: "{slot}"
+    partial: "c0{slot}_f00.bin"
+    addr: "{device}"
+    chunk_size: 128
+    hbm_addr: 0x10008000
+  load_defaults:
+    kind: load
+    deps: [partials]
+    slot: 3
+    partial: c03_f15.bin
+    addr: "localhost:7001"
+  hls_real:
+    kind: hls
+    unit: cnn
+    compiler: clang++
+    tool: vitis_hls
+    part: xcu280-fsvh2892-2L-e
+  weave_spinhdl:
+    kind: weave
+    shell: hw/shell.yaml
+    units: hw/accelerators
+    tool: spinhdl
+  bypass:
+    kind: image
+    bypass: true
+    outputs: [bypass/frac.bit]
+  program_file:
+    kind: program
+    image: bitstreams/frac.bit
+    addr: "10.0.0.2:7000"
+"#;
+
+    fn project() -> Project {
+        Project::new(&[
+            ("hw/shell.yaml", "name: frac\n"),
+            ("hw/accelerators/frac_kernel.h", "// abi\n"),
+            ("hw/accelerators/top_k/top_k.cpp", "// top_k\n"),
+            ("hw/accelerators/top_k/unit.yaml", "name: top_k\n"),
+            ("hw/accelerators/log/log.cpp", "// log\n"),
+            ("hw/accelerators/log/unit.yaml", "name: log\n"),
+            ("hw/accelerators/cnn/cnn.cpp", "// cnn\n"),
+            ("hw/accelerators/cnn/unit.yaml", "name: cnn\n"),
+            ("bitstreams/frac.bit", "bits"),
+            ("pipelines/common/build.yaml", BUILD_SET),
+            ("pipelines/fig.yaml", PIPELINE),
+        ])
+    }
+
+    fn config(loaded: &Loaded, id: &str) -> serde_json::Value {
+        json!(spec(loaded, id).config)
+    }
+
+    #[test]
+    fn the_build_and_device_chain_expands_with_local_axes() {
+        let p = project();
+        let loaded = p.load("pipelines/fig.yaml");
+        assert_eq!(
+            ids(&loaded),
+            [
+                "hls[unit=top_k]",
+                "hls[unit=log]",
+                "weave",
+                "partials[unit=top_k]",
+                "partials[unit=log]",
+                "image",
+                "program",
+                "load[m=1024,slot=0]",
+                "load[m=1024,slot=2]",
+                "load[m=4096,slot=0]",
+                "load[m=4096,slot=2]",
+                "load_defaults",
+                "hls_real",
+                "weave_spinhdl",
+                "bypass",
+                "program_file",
+            ]
+        );
+        // Per unit: the matching hls; the full image: all of them.
+        assert_eq!(
+            deps(&loaded, "partials[unit=log]"),
+            ["weave", "hls[unit=log]"]
+        );
+        assert_eq!(
+            deps(&loaded, "image"),
+            ["weave", "hls[unit=top_k]", "hls[unit=log]"]
+        );
+        assert_eq!(deps(&loaded, "program"), ["image"]);
+        assert_eq!(
+            deps(&loaded, "load[m=4096,slot=2]"),
+            ["program", "partials[unit=top_k]", "partials[unit=log]"]
+        );
+
+        let root = p.root();
+        let hls = spec(&loaded, "hls[unit=log]");
+        assert_eq!(hls.kind, "hls");
+        assert_eq!(
+            hls.inputs,
+            [
+                root.join("hw/accelerators/log/log.cpp"),
+                root.join("hw/accelerators/log/unit.yaml"),
+                root.join("hw/accelerators/frac_kernel.h")
+            ]
+        );
+        assert_eq!(
+            hls.point,
+            [("unit".to_owned(), json!("log"))].into_iter().collect()
+        );
+        assert_eq!(
+            config(&loaded, "hls[unit=log]"),
+            json!({"unit": "log", "tool": "emulated"})
+        );
+        assert_eq!(
+            config(&loaded, "hls_real"),
+            json!({"unit": "cnn", "compiler": "clang++", "tool": "vitis_hls", "part": "xcu280-fsvh2892-2L-e"})
+        );
+        assert_eq!(
+            config(&loaded, "weave"),
+            json!({"shell": "hw/shell.yaml", "units": "hw/accelerators", "tool": "emulated"})
+        );
+        assert_eq!(config(&loaded, "weave_spinhdl")["tool"], json!("spinhdl"));
+        assert_eq!(
+            config(&loaded, "partials[unit=top_k]"),
+            json!({"unit": "top_k", "tool": "emulated"})
+        );
+        assert_eq!(spec(&loaded, "partials[unit=top_k]").outputs, ["icap/"]);
+        assert_eq!(config(&loaded, "image"), json!({"bypass": false}));
+        assert_eq!(config(&loaded, "bypass"), json!({"bypass": true}));
+        assert_eq!(
+            config(&loaded, "program"),
+            json!({"addr": "127.0.0.1:7000", "tool": "emulated"})
+        );
+        assert_eq!(
+            config(&loaded, "program_file"),
+            json!({"image": "bitstreams/frac.bit", "addr": "10.0.0.2:7000", "tool": "emulated"})
+        );
+        assert_eq!(
+            config(&loaded, "load[m=1024,slot=2]"),
+            json!({
+                "slot": 2,
+                "partial": "c02_f00.bin",
+                "addr": "127.0.0.1:7000",
+                "chunk_size": 128,
+                "hbm_addr": 0x1000_8000
+            })
+        );
+        assert_eq!(
+            config(&loaded, "load_defaults"),
+            json!({
+                "slot": 3,
+                "partial": "c03_f15.bin",
+                "addr": "localhost:7001",
+                "chunk_size": 256,
+                "hbm_addr": 0x1000_4000
+            })
+        );
+    }
+
+    #[test]
+    fn templated_device_values_are_checked_per_instance() {
+        let p = project();
+        let mut opts = p.opts();
+        opts.set.insert("device".to_owned(), json!("nowhere"));
+        let text = p.errors("pipelines/fig.yaml", &opts);
+        assert!(
+            text.contains("error: invalid `addr` in node `program`: expected a device address `HOST:PORT` (e.g. `127.0.0.1:7000`), found `nowhere`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--> pipelines/common/build.yaml:28:11"),
+            "{text}"
+        );
+        // `hbm_addr` as a string: hexadecimal or an integer expression.
+        let p = one(
+            "pipeline: p\nparams: {base: 268451840}\nnodes:\n  a:\n    kind: load\n    slot: \"{1 + 1}\"\n    partial: x.bin\n    addr: \"h:1\"\n    hbm_addr: \"{base} + 64\"\n  b:\n    kind: load\n    slot: 0\n    partial: x.bin\n    addr: \"h:1\"\n    hbm_addr: \"0x1000_0000\"\n",
+        );
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(spec(&loaded, "a").config["hbm_addr"], json!(268_451_904));
+        assert_eq!(spec(&loaded, "a").config["slot"], json!(2));
+        assert_eq!(spec(&loaded, "b").config["hbm_addr"], json!(0x1000_0000));
+    }
+
+    #[test]
+    fn directory_outputs_are_allowed_inside_the_output_directory() {
+        let p = one(
+            "pipeline: p\nnodes:\n  a:\n    kind: command\n    outputs: [icap/, logs/run/, out.txt]\n    run: make\n  b:\n    kind: command\n    outputs: [../up/, /abs/]\n    run: make\n",
+        );
+        let text = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(
+            text.contains("output `../up/` of node `b` must be a relative path"),
+            "{text}"
+        );
+        assert!(
+            text.contains("output `/abs/` of node `b` must be a relative path"),
+            "{text}"
+        );
+        assert_eq!(text.matches("error: ").count(), 2, "{text}");
+    }
+}
+
 mod templates {
     use super::*;
 
