@@ -3,6 +3,7 @@
 mod support;
 
 mod demo;
+mod fpga;
 mod kill;
 mod lock;
 mod plan_why;

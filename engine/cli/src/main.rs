@@ -1,6 +1,7 @@
 //! The `fracflow` command: parses arguments, wires the loader, the core and the executors together, renders
 //! every error in one place and maps outcomes to the exit codes in `exit.rs`.
 
+mod device;
 mod exit;
 mod project;
 mod reporter;
@@ -106,6 +107,11 @@ enum Command {
     },
     /// List the pipelines and their targets.
     Targets,
+    /// The emulated fRAC device and its controller client.
+    Device {
+        #[command(subcommand)]
+        action: device::DeviceCommand,
+    },
     /// Inspect or clean the cache.
     Cache {
         #[command(subcommand)]
@@ -328,6 +334,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             }
             Ok(exit::OK)
         }
+        Command::Device { action } => device::run(action),
         Command::Cache { action } => {
             let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
             cache(&project, action)

@@ -222,14 +222,32 @@ impl Cache {
     ) -> io::Result<CacheEntry> {
         let mut stored = BTreeMap::new();
         for name in outputs {
-            let file = staged.join(name);
-            if !file.is_file() {
+            let path = staged.join(name);
+            // `dir/` declares a directory output: every file under it is stored by its relative name.
+            if name.ends_with('/') {
+                if !path.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("declared output directory `{name}` was not produced"),
+                    ));
+                }
+                for file in files_under(&path)? {
+                    let relative = file
+                        .strip_prefix(staged)
+                        .unwrap_or(&file)
+                        .to_string_lossy()
+                        .into_owned();
+                    stored.insert(relative, self.store_blob(&file)?);
+                }
+                continue;
+            }
+            if !path.is_file() {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!("declared output `{name}` was not produced"),
                 ));
             }
-            stored.insert(name.clone(), self.store_blob(&file)?);
+            stored.insert(name.clone(), self.store_blob(&path)?);
         }
         let log = match log {
             Some(path) if fs::metadata(path).is_ok_and(|m| m.len() > 0) => {

@@ -2,6 +2,7 @@
 //! helper that spawns processes.
 
 pub mod command;
+pub mod fpga;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,12 @@ impl Registry {
         let mut kinds: BTreeMap<&'static str, Box<dyn Executor>> = BTreeMap::new();
         kinds.insert("command", Box::new(command::CommandKind));
         kinds.insert("group", Box::new(GroupKind));
+        kinds.insert("hls", Box::new(fpga::HlsKind::default()));
+        kinds.insert("weave", Box::new(fpga::WeaveKind::default()));
+        kinds.insert("partials", Box::new(fpga::PartialsKind));
+        kinds.insert("image", Box::new(fpga::ImageKind));
+        kinds.insert("program", Box::new(fpga::ProgramKind));
+        kinds.insert("load", Box::new(fpga::LoadKind));
         Registry { kinds }
     }
 

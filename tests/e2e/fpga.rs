@@ -1,0 +1,205 @@
+//! The emulated fRAC chain through the engine: incremental rebuilds per accelerator, and a live device
+//! programmed, reconfigured and probed with the CLI.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+use crate::support::{Sandbox, text};
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// A project with the repository's hardware sources and fRAC pipelines.
+fn frac_project() -> Sandbox {
+    let sandbox = Sandbox::new();
+    copy_tree(
+        &repo().join("hw/accelerators"),
+        &sandbox.path().join("hw/accelerators"),
+    );
+    std::fs::copy(
+        repo().join("hw/shell.yaml"),
+        sandbox.path().join("hw/shell.yaml"),
+    )
+    .expect("shell");
+    copy_tree(
+        &repo().join("pipelines/frac"),
+        &sandbox.path().join("pipelines/frac"),
+    );
+    sandbox
+}
+
+/// Node ids by the event they got in the latest run of `pipeline`.
+fn outcome(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String> {
+    let events = std::fs::read_to_string(sandbox.results(pipeline).join("latest/events.jsonl"))
+        .expect("events");
+    events
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["event"] == event)
+        .filter_map(|e| e["node"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn editing_one_accelerator_rebuilds_only_what_contains_it() {
+    let sandbox = frac_project();
+    let first = sandbox.run(&["run", "bitstreams"]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert_eq!(
+        outcome(&sandbox, "frac-bitstreams", "node_finished").len(),
+        15
+    );
+
+    let source = sandbox.path().join("hw/accelerators/top_k/top_k.cpp");
+    let mut code = std::fs::read_to_string(&source).expect("top_k.cpp");
+    code.push_str("\nextern \"C\" int32_t frac_build_marker(void) { return 42; }\n");
+    std::fs::write(&source, code).expect("edit top_k.cpp");
+
+    let second = sandbox.run(&["run", "bitstreams"]);
+    assert!(second.status.success(), "{}", text(&second));
+    let rebuilt = outcome(&sandbox, "frac-bitstreams", "node_finished");
+    let expected: BTreeSet<String> = ["hls[unit=top_k]", "partials[unit=top_k]", "image"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(
+        rebuilt, expected,
+        "only top_k's plugin, its partials and the full image (every cell starts with top_k)"
+    );
+    assert_eq!(
+        outcome(&sandbox, "frac-bitstreams", "node_cached").len(),
+        12
+    );
+}
+
+/// `fracflow device serve` on a free loopback port; returns the child and its data address.
+fn serve(sandbox: &Sandbox) -> (Child, String) {
+    let mut child = sandbox
+        .command(&["device", "serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn device");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("address line");
+    let addr = line
+        .split_whitespace()
+        .nth(1)
+        .expect("listening ADDR")
+        .to_owned();
+    (child, addr)
+}
+
+struct Stop(Child);
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_live_device_is_programmed_reconfigured_and_refuses_foreign_or_misplaced_partials() {
+    let sandbox = frac_project();
+    let (child, addr) = serve(&sandbox);
+    let _stop = Stop(child);
+    let set = format!("device=\"{addr}\"");
+    let run = sandbox.run(&["run", "reconfigure", "--set", &set]);
+    assert!(run.status.success(), "{}", text(&run));
+
+    let probe = sandbox.run(&["device", "probe", "--addr", &addr]);
+    assert!(probe.status.success(), "{}", text(&probe));
+    let shown = text(&probe);
+    assert!(shown.contains("slot 0: TopK"), "{shown}");
+    assert!(
+        shown.contains("slot 1: Log"),
+        "the pipeline loaded c01_f05 (log) into slot 1: {shown}"
+    );
+
+    let icap = |unit: &str, file: &str| {
+        sandbox
+            .results("frac-reconfigure")
+            .join("latest/nodes")
+            .join(format!("partials[unit={unit}]/icap/{file}"))
+    };
+    let cnn = icap("cnn", "c02_f20.bin");
+    let loaded = sandbox.run(&[
+        "device",
+        "load",
+        "--addr",
+        &addr,
+        "--slot",
+        "2",
+        cnn.to_str().expect("path"),
+    ]);
+    assert!(loaded.status.success(), "{}", text(&loaded));
+    assert!(
+        text(&loaded).contains("upload"),
+        "per-phase timing: {}",
+        text(&loaded)
+    );
+    let probe = sandbox.run(&["device", "probe", "--addr", &addr, "--slots", "2"]);
+    assert!(text(&probe).contains("slot 2: Cnn"), "{}", text(&probe));
+
+    let misplaced = sandbox.run(&[
+        "device",
+        "load",
+        "--addr",
+        &addr,
+        "--slot",
+        "0",
+        cnn.to_str().expect("path"),
+    ]);
+    assert_eq!(misplaced.status.code(), Some(1), "{}", text(&misplaced));
+    assert!(
+        text(&misplaced).contains("status 9"),
+        "ERR_ICAP for the wrong cell: {}",
+        text(&misplaced)
+    );
+
+    // A partial from another build of the shell: same cell and unit, different build id.
+    let other = frac_project();
+    let shell = std::fs::read_to_string(other.path().join("hw/shell.yaml")).expect("shell");
+    let without_one_rm = shell.replace("      - { id: 19, unit: pattern_slot }\n", "");
+    assert_ne!(without_one_rm, shell, "the shell still lists RM 19");
+    std::fs::write(other.path().join("hw/shell.yaml"), without_one_rm).expect("edit shell");
+    let built = other.run(&["run", "bitstreams"]);
+    assert!(built.status.success(), "{}", text(&built));
+    let foreign = other
+        .results("frac-bitstreams")
+        .join("latest/nodes/partials[unit=log]/icap/c01_f05.bin");
+    let refused = sandbox.run(&[
+        "device",
+        "load",
+        "--addr",
+        &addr,
+        "--slot",
+        "1",
+        foreign.to_str().expect("path"),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let probe = sandbox.run(&["device", "probe", "--addr", &addr, "--slots", "1"]);
+    assert!(
+        text(&probe).contains("slot 1: Log"),
+        "the slot kept its module: {}",
+        text(&probe)
+    );
+}
