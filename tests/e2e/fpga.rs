@@ -6,22 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use crate::support::{Sandbox, text};
+use crate::support::{Sandbox, copy_tree, text};
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
 }
 
 /// A project with the repository's hardware sources and fRAC pipelines.

@@ -7,4 +7,5 @@ mod fpga;
 mod kill;
 mod lock;
 mod plan_why;
+mod realflow;
 mod tidy;

@@ -109,6 +109,20 @@ fn run_tool(
     }
 }
 
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
 /// First line of `tool ARG`, memoised per (tool, arg): the tool's identity for fingerprints.
 #[derive(Debug, Default)]
 struct ToolVersions(Mutex<HashMap<(String, String), String>>);
@@ -327,6 +341,16 @@ impl Executor for WeaveKind {
             .map(|s| (*s).to_owned())
             .collect();
             run_tool(job, "spinhdl", &args, &[], job.root)?;
+            // spinhdl writes into the project's build tree; publish its images as this node's outputs.
+            let products = job.root.join("build/frac/bitstreams");
+            for sub in ["jtag", "icap"] {
+                copy_dir(&products.join(sub), &job.out_dir.join(sub)).map_err(|e| {
+                    failed(
+                        job.spec,
+                        format!("spinhdl left no {}: {e}", products.join(sub).display()),
+                    )
+                })?;
+            }
             return Ok(Outcome::default());
         }
         let design = emulated::weave(&job.root.join(&config.shell), &job.root.join(&config.units))
@@ -376,9 +400,13 @@ impl Executor for PartialsKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: PartialsConfig = config(job.spec)?;
-        let design = DesignManifest::load(&dep_with(job, DESIGN_FILE)?.join(DESIGN_FILE))
-            .map_err(|e| failed(job.spec, e))?;
         if config.tool == BuildTool::Spinhdl {
+            // The real flow has no design.json: the cells come from the shell's declarations.
+            let design = emulated::weave(
+                &job.root.join(default_shell()),
+                &job.root.join(default_units()),
+            )
+            .map_err(|e| failed(job.spec, e))?;
             for cell in design
                 .cells
                 .iter()
@@ -402,6 +430,8 @@ impl Executor for PartialsKind {
             }
             return Ok(Outcome::default());
         }
+        let design = DesignManifest::load(&dep_with(job, DESIGN_FILE)?.join(DESIGN_FILE))
+            .map_err(|e| failed(job.spec, e))?;
         let unit = dep_units(job)?
             .into_iter()
             .find(|u| u.spec.name == config.unit)
