@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
 use crate::statcache::hash_file;
-use fracflow_record::{FORMAT_VERSION, atomic_write};
+use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write};
 
 /// Staging directories and `*.part` files older than this are left over from killed runs.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -277,13 +277,8 @@ impl Cache {
         let excess = pointer.durations.len().saturating_sub(DURATION_HISTORY);
         pointer.durations.drain(..excess);
         // The pointer only serves `why` and estimates: replaced atomically, but not worth an fsync per node.
-        let path = self.pointer_path(node);
-        let tmp = path.with_extension(format!("{}.part", std::process::id()));
-        fs::write(
-            &tmp,
-            serde_json::to_vec(&pointer).map_err(io::Error::other)?,
-        )?;
-        fs::rename(&tmp, &path)?;
+        let bytes = serde_json::to_vec(&pointer).map_err(io::Error::other)?;
+        atomic_replace(&self.pointer_path(node), &bytes)?;
         Ok(entry)
     }
 

@@ -4,6 +4,8 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
 
+static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory:
 /// atomic against kills and durable across power loss.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -28,8 +30,10 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
             format!("{} has no file name", path.display()),
         )
     })?;
+    // Unique per call, not only per process: two threads may publish the same content-addressed file at once.
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".{}.part", std::process::id()));
+    tmp_name.push(format!(".{}.{serial}.part", std::process::id()));
     let tmp = dir.join(tmp_name);
     let result = (|| {
         let mut file = File::create(&tmp)?;
@@ -64,6 +68,28 @@ mod tests {
         assert_eq!(fs::read(&path)?, b"two");
         let names: Vec<_> = fs::read_dir(dir.path())?.collect::<Result<_, _>>()?;
         assert_eq!(names.len(), 1, "only the published file remains");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod concurrency {
+    use super::*;
+
+    #[test]
+    fn threads_publishing_the_same_path_at_once_all_succeed() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("entry.json");
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| atomic_write(&path, b"same content")))
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+            })
+        })?;
+        assert_eq!(fs::read(&path)?, b"same content");
         Ok(())
     }
 }
