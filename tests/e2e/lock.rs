@@ -17,6 +17,7 @@ fn second_run_on_the_same_testbed_is_refused_and_names_the_holder() {
     );
     let mut holder = sandbox
         .command(&["run", "slow"])
+        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn holder");
     let lock = sandbox.path().join("locks/fracflow-testbed-emulated.lock");
