@@ -94,21 +94,22 @@ fn node(id: &str, deps: &[String], value: u64, inputs: Vec<PathBuf>) -> NodeSpec
     }
 }
 
-/// Runs every node of `nodes` with the cache at `cache_dir`; returns the executed ids and each node's output.
-fn run_all(
+/// Runs every node of `nodes` with `kinds`, `jobs` cores and the cache at `cache_dir`.
+fn run_with(
+    kinds: &dyn Kinds,
+    jobs: usize,
     root: &Path,
     cache_dir: &Path,
     nodes: &[NodeSpec],
-) -> (Vec<String>, BTreeMap<String, String>) {
+) -> (fracflow_core::RunSummary, RunDir) {
     let graph = Graph::build(nodes.to_vec()).expect("valid graph");
     let cache = Cache::open(cache_dir).expect("cache");
     let stat = StatCache::load(&cache.stat_cache_file());
-    let kinds = Pure::default();
     let engine = Engine {
         root,
         cache: &cache,
         stat: &stat,
-        kinds: &kinds,
+        kinds,
     };
     let meta = RunMeta {
         engine_version: "test".into(),
@@ -118,9 +119,9 @@ fn run_all(
         git: None,
     };
     let mut run_dir =
-        RunDir::create(&root.join("results"), "oracle", &meta, &graph).expect("run dir");
+        RunDir::create(&root.join("results"), "test", &meta, &graph).expect("run dir");
     let options = RunOptions {
-        jobs: 2,
+        jobs,
         keep_going: false,
         rerun: vec![],
         testbed: BTreeMap::new(),
@@ -135,6 +136,17 @@ fn run_all(
         &Cancel::new(),
     )
     .expect("run");
+    (summary, run_dir)
+}
+
+/// Runs every node of `nodes` with the pure kind; returns the executed ids and each node's output.
+fn run_all(
+    root: &Path,
+    cache_dir: &Path,
+    nodes: &[NodeSpec],
+) -> (Vec<String>, BTreeMap<String, String>) {
+    let kinds = Pure::default();
+    let (summary, run_dir) = run_with(&kinds, 2, root, cache_dir, nodes);
     assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
     let outputs = nodes
         .iter()
@@ -407,40 +419,8 @@ fn exclusive_resources_serialise_and_the_core_budget_bounds_parallelism() {
         with("wide", &["cores:4"]),
         with("free", &[]),
     ];
-    let graph = Graph::build(nodes).expect("graph");
-    let cache = Cache::open(&root.join("cache")).expect("cache");
-    let stat = StatCache::load(&cache.stat_cache_file());
     let kinds = Timed::default();
-    let engine = Engine {
-        root,
-        cache: &cache,
-        stat: &stat,
-        kinds: &kinds,
-    };
-    let meta = RunMeta {
-        engine_version: "t".into(),
-        command: vec![],
-        host: "t".into(),
-        testbed: "t".into(),
-        git: None,
-    };
-    let mut run_dir = RunDir::create(&root.join("results"), "res", &meta, &graph).expect("run dir");
-    let options = RunOptions {
-        jobs: 4,
-        keep_going: false,
-        rerun: vec![],
-        testbed: BTreeMap::new(),
-    };
-    let summary = fracflow_core::scheduler::run(
-        engine,
-        &graph,
-        graph.topological(),
-        &options,
-        &mut run_dir,
-        &mut Quiet,
-        &Cancel::new(),
-    )
-    .expect("run");
+    let (summary, run_dir) = run_with(&kinds, 4, root, &root.join("cache"), &nodes);
     let events = std::fs::read_to_string(run_dir.dir().join("events.jsonl")).expect("events");
     assert_eq!(summary.built, 5, "{summary:?}\n{events}");
     let spans = kinds.spans.into_inner().expect("lock");
