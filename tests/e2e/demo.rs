@@ -108,3 +108,26 @@ fn timeouts_are_transient_retried_then_reported_and_resume_continues_a_run_dir()
     let graph = sandbox.run(&["graph", "slow", "--format", "mermaid"]);
     assert_eq!(text(&graph), "flowchart LR\n  n0[\"ok (command)\"]\n");
 }
+
+#[test]
+fn a_wide_fan_in_lists_its_dependencies_in_a_file() {
+    // 300 dependencies: more than get one variable each; the run must not trip over the environment's size.
+    let sandbox = Sandbox::new();
+    let mut yaml =
+        String::from("pipeline: wide\nnodes:\n  leaf:\n    kind: command\n    foreach: {i: [");
+    yaml.push_str(
+        &(0..300)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    yaml.push_str("]}\n    outputs: [v]\n    run: echo {i} > \"$FRACFLOW_OUT/v\"\n");
+    yaml.push_str("  sum:\n    kind: command\n    deps: [leaf]\n    outputs: [total]\n");
+    yaml.push_str("    run: cut -f2 \"$FRACFLOW_DEPS\" | while read d; do cat \"$d/v\"; done | awk '{{s += $1}} END {{print s}}' > \"$FRACFLOW_OUT/total\"\n");
+    sandbox.write("pipelines/wide.yaml", &yaml);
+    let run = sandbox.run(&["run", "wide"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let total = std::fs::read_to_string(sandbox.results("wide").join("latest/nodes/sum/total"))
+        .expect("total");
+    assert_eq!(total.trim(), (0..300).sum::<u32>().to_string());
+}

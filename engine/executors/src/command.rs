@@ -1,8 +1,9 @@
 //! The `command` kind: a tool run through the process helper, with metrics extracted from its stdout.
 //!
 //! The child sees `FRACFLOW_OUT` (write declared outputs there), `FRACFLOW_ROOT`, `FRACFLOW_NODE`,
-//! `FRACFLOW_ATTEMPT`, and `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased,
-//! every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
+//! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency) and, with up to 256
+//! dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased, every other
+//! character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
 //! transient failures, retried up to the node's `retries`; every other failure is final.
 
 use std::collections::BTreeMap;
@@ -14,6 +15,12 @@ use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use serde::Deserialize;
 
 use crate::process::{self, Ending, Grace, Spawn};
+
+/// Above this many dependencies only `FRACFLOW_DEPS` lists them.
+const MAX_DEP_VARIABLES: usize = 256;
+
+/// The dependency listing, `id<TAB>directory` per line, in the staging directory (never an output).
+const DEPS_FILE: &str = ".fracflow-deps.tsv";
 
 /// sysexits.h `EX_TEMPFAIL`: the conventional "try again later".
 const EX_TEMPFAIL: i32 = 75;
@@ -121,11 +128,24 @@ impl Executor for CommandKind {
             ("FRACFLOW_NODE".into(), spec.id.clone()),
             ("FRACFLOW_ATTEMPT".into(), job.attempt.to_string()),
         ];
-        env.extend(
-            job.inputs
-                .iter()
-                .map(|(id, dir)| (dep_variable(id), dir.display().to_string())),
-        );
+        // Every dependency is listed in a file; small fan-ins also get one variable each (thousands of variables
+        // would approach the kernel's limit on the environment's size).
+        let listing: String = job
+            .inputs
+            .iter()
+            .map(|(id, dir)| format!("{id}\t{}\n", dir.display()))
+            .collect();
+        let deps_file = job.out_dir.join(DEPS_FILE);
+        fs::write(&deps_file, listing)
+            .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_file.display())))?;
+        env.push(("FRACFLOW_DEPS".into(), deps_file.display().to_string()));
+        if job.inputs.len() <= MAX_DEP_VARIABLES {
+            env.extend(
+                job.inputs
+                    .iter()
+                    .map(|(id, dir)| (dep_variable(id), dir.display().to_string())),
+            );
+        }
         env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let spawn = Spawn {
             program,

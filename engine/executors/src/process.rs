@@ -107,15 +107,18 @@ pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
         }
         None => (spawn.program.clone(), spawn.args.clone()),
     };
-    let mut expression = duct::cmd(&program, &args)
+    // One full environment, not one `.env()` per variable: each `.env()` wraps the expression once more, and a
+    // node with thousands of variables overflowed a thread's stack starting that nested expression.
+    let mut environment: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+        std::env::vars_os().collect();
+    environment.extend(spawn.env.iter().map(|(k, v)| (k.into(), v.into())));
+    let expression = duct::cmd(&program, &args)
         .dir(&spawn.cwd)
         .stdin_null()
         .stdout_capture()
         .stderr_file(append(&spawn.log)?)
-        .unchecked();
-    for (key, value) in &spawn.env {
-        expression = expression.env(key, value);
-    }
+        .unchecked()
+        .full_env(environment);
     let expression = expression.before_spawn(|command| {
         // Own process group: stop signals reach a whole pipeline, and a terminal's Ctrl-C reaches it only
         // through us, so the escalation below is the one policy. (posix_spawn supports this, so no fork.)

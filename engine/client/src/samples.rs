@@ -1,0 +1,141 @@
+//! Per-request samples as Parquet (readable by pandas, polars, pyarrow).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::run::Sample;
+
+/// Rows per record batch: bounds the writer's transient copy.
+const BATCH_ROWS: usize = 1 << 20;
+
+/// Writing or reading a samples file failed.
+#[derive(Debug, thiserror::Error)]
+#[error("samples file {path}: {why}")]
+pub struct SamplesError {
+    /// The file.
+    pub path: PathBuf,
+    /// What failed.
+    pub why: String,
+}
+
+/// The file's schema: thread u32, seq u64, t_send_ns u64, latency_ns u64,
+/// latency_last_piece_ns u64, slot u32, request_bytes u32, response_bytes u32.
+#[must_use]
+pub fn samples_schema() -> Schema {
+    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
+    let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
+    Schema::new(vec![
+        u32f("thread"),
+        u64f("seq"),
+        u64f("t_send_ns"),
+        u64f("latency_ns"),
+        u64f("latency_last_piece_ns"),
+        u32f("slot"),
+        u32f("request_bytes"),
+        u32f("response_bytes"),
+    ])
+}
+
+/// Writes `samples` to `path` (zstd-compressed Parquet).
+pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
+    let err = |why: String| SamplesError {
+        path: path.to_path_buf(),
+        why,
+    };
+    let schema = Arc::new(samples_schema());
+    let file = File::create(path).map_err(|e| err(e.to_string()))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))
+        .map_err(|e| err(e.to_string()))?;
+    for chunk in samples.chunks(BATCH_ROWS) {
+        let u32c = |f: fn(&Sample) -> u32| -> ArrayRef {
+            Arc::new(UInt32Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                u32c(|s| s.thread),
+                u64c(|s| s.seq),
+                u64c(|s| s.t_send_ns),
+                u64c(|s| s.latency_ns),
+                u64c(|s| s.latency_last_piece_ns),
+                u32c(|s| u32::from(s.slot)),
+                u32c(|s| s.request_bytes),
+                u32c(|s| s.response_bytes),
+            ],
+        )
+        .map_err(|e| err(e.to_string()))?;
+        writer.write(&batch).map_err(|e| err(e.to_string()))?;
+    }
+    writer.close().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
+/// Reads a samples file back.
+pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
+    let err = |why: String| SamplesError {
+        path: path.to_path_buf(),
+        why,
+    };
+    let file = File::open(path).map_err(|e| err(e.to_string()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| err(e.to_string()))?
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| err(e.to_string()))?;
+        let u32c = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
+                .cloned()
+                .ok_or_else(|| err(format!("column {name} missing or not u32")))
+        };
+        let u64c = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+                .cloned()
+                .ok_or_else(|| err(format!("column {name} missing or not u64")))
+        };
+        let (thread, seq, t_send, lat, lat_last) = (
+            u32c("thread")?,
+            u64c("seq")?,
+            u64c("t_send_ns")?,
+            u64c("latency_ns")?,
+            u64c("latency_last_piece_ns")?,
+        );
+        let (slot, req, resp) = (
+            u32c("slot")?,
+            u32c("request_bytes")?,
+            u32c("response_bytes")?,
+        );
+        for i in 0..batch.num_rows() {
+            out.push(Sample {
+                thread: thread.value(i),
+                seq: seq.value(i),
+                t_send_ns: t_send.value(i),
+                latency_ns: lat.value(i),
+                latency_last_piece_ns: lat_last.value(i),
+                slot: u16::try_from(slot.value(i)).map_err(|_| err("slot beyond u16".into()))?,
+                request_bytes: req.value(i),
+                response_bytes: resp.value(i),
+            });
+        }
+    }
+    Ok(out)
+}

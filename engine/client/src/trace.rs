@@ -1,0 +1,213 @@
+//! Trace replay input (`-E`, fperf §1.11, frac §7): the CSV
+//! `app,sleep_time,request_size,response_size` and a synthetic generator
+//! shaped like the Azure Functions trace (which is not redistributed here).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use fracflow_proto::{HEADER_LEN, MAX_REQUEST_BYTES, Unit};
+
+use crate::rng::SplitMix64;
+
+/// One row of a trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceRow {
+    /// Function id: 1 top_k, 2 cnn, 3 logit, 5 norm.
+    pub app: u32,
+    /// Seconds to wait after the previous response before sending this row.
+    pub sleep_s: f64,
+    /// Payload bytes, header excluded (the client adds the 64-byte header).
+    pub request_size: u32,
+    /// Response bytes as the file states them.
+    pub response_size: u32,
+}
+
+impl TraceRow {
+    /// The fixed slot of the row's app (fperf `func_slots[]`, frac §2.7):
+    /// top_k → 0, logit → 1, cnn → 2, norm → 3.
+    #[must_use]
+    pub fn slot(&self) -> u16 {
+        slot_of_app(self.app).unwrap_or(0)
+    }
+
+    /// Bytes on the wire: header + payload.
+    #[must_use]
+    pub fn wire_request_size(&self) -> u32 {
+        self.request_size + HEADER_LEN as u32
+    }
+
+    /// Bytes the unit in the row's slot answers (newer fperf ignores the
+    /// file's column in favour of this, fperf §1.11); the file's value if
+    /// the app has no unit.
+    #[must_use]
+    pub fn expected_response_size(&self) -> u32 {
+        Unit::from_function_id(self.app)
+            .and_then(|u| u.response_size(self.wire_request_size()))
+            .unwrap_or(self.response_size)
+    }
+}
+
+/// The slot of a trace app id.
+#[must_use]
+pub fn slot_of_app(app: u32) -> Option<u16> {
+    match app {
+        1 => Some(0),
+        3 => Some(1),
+        2 => Some(2),
+        5 => Some(3),
+        _ => None,
+    }
+}
+
+/// A trace that cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be read.
+    #[error("cannot read trace {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The header line is not the expected one.
+    #[error("trace header is {0:?}, expected \"app,sleep_time,request_size,response_size\"")]
+    Header(String),
+    /// A row does not parse or is out of range.
+    #[error("trace line {line}: {why}")]
+    Row {
+        /// 1-based line number.
+        line: usize,
+        /// Why.
+        why: String,
+    },
+    /// No rows.
+    #[error("trace has no rows")]
+    Empty,
+}
+
+/// Parses trace CSV text.
+pub fn parse_trace(text: &str) -> Result<Vec<TraceRow>, TraceError> {
+    let mut lines = text.lines().enumerate();
+    let header = lines.next().map(|(_, l)| l.trim()).unwrap_or_default();
+    if header.replace(' ', "") != "app,sleep_time,request_size,response_size" {
+        return Err(TraceError::Header(header.to_owned()));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in lines {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let row_err = |why: String| TraceError::Row { line: i + 1, why };
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() != 4 {
+            return Err(row_err(format!("{} fields, expected 4", fields.len())));
+        }
+        let int = |s: &str, what: &str| {
+            // The real trace writes some integers as floats ("512.0").
+            s.parse::<u32>().or_else(|_| {
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX))
+                    .map(|f| f as u32)
+                    .ok_or_else(|| row_err(format!("{what} {s:?} is not a whole number")))
+            })
+        };
+        let app = int(fields[0], "app")?;
+        if slot_of_app(app).is_none() {
+            return Err(row_err(format!(
+                "app {app} is not 1 (top_k), 2 (cnn), 3 (logit) or 5 (norm)"
+            )));
+        }
+        let sleep_s: f64 = fields[1]
+            .parse()
+            .ok()
+            .filter(|f: &f64| f.is_finite() && *f >= 0.0)
+            .ok_or_else(|| row_err(format!("sleep_time {:?} is not >= 0", fields[1])))?;
+        let request_size = int(fields[2], "request_size")?;
+        let response_size = int(fields[3], "response_size")?;
+        if request_size == 0
+            || !request_size.is_multiple_of(64)
+            || request_size + HEADER_LEN as u32 > MAX_REQUEST_BYTES
+        {
+            return Err(row_err(format!(
+                "request_size {request_size} must be whole 64-byte lines, 64..={}",
+                MAX_REQUEST_BYTES - HEADER_LEN as u32
+            )));
+        }
+        rows.push(TraceRow {
+            app,
+            sleep_s,
+            request_size,
+            response_size,
+        });
+    }
+    if rows.is_empty() {
+        return Err(TraceError::Empty);
+    }
+    Ok(rows)
+}
+
+/// Reads and parses a trace file (the real Azure file is accepted as is).
+pub fn read_trace(path: &Path) -> Result<Vec<TraceRow>, TraceError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_trace(&text)
+}
+
+/// Mean gap of the real trace: about an hour over 46 394 rows (frac §7).
+pub const AZURE_MEAN_SLEEP_S: f64 = 3600.0 / 46_394.0;
+
+/// [`synthetic_trace_with_mean_sleep`] with the real trace's mean gap.
+#[must_use]
+pub fn synthetic_trace(rows: usize, seed: u64) -> String {
+    synthetic_trace_with_mean_sleep(rows, seed, AZURE_MEAN_SLEEP_S)
+}
+
+/// A synthetic trace with the Azure trace's columns, apps and sizes
+/// (frac §7): top_k and logit payloads of 512, 1024, 2048 or 4096 bytes,
+/// norm 4096, cnn 24576; responses 64 for top_k/cnn and the payload size
+/// for logit/norm; exponential gaps with mean `mean_sleep_s` capped at
+/// 15 s (the largest observed).  Its shape follows the reference's
+/// observation: the first tenth interleaves top_k, norm and cnn, then come
+/// long single-app stretches, logit last.  The reference gives no app
+/// proportions; every app appears whenever `rows >= 8`.
+#[must_use]
+pub fn synthetic_trace_with_mean_sleep(rows: usize, seed: u64, mean_sleep_s: f64) -> String {
+    let mut rng = SplitMix64::new(seed);
+    let mut out = String::from("app,sleep_time,request_size,response_size\n");
+    let mixed = (rows / 10).max(rows.min(3));
+    // Remaining rows: stretches of top_k, then cnn, norm, top_k, logit last.
+    let rest = rows - mixed;
+    let stretches = [(1u32, 4usize), (2, 1), (5, 1), (1, 2), (3, 2)];
+    let weight: usize = stretches.iter().map(|s| s.1).sum();
+    let mut apps = Vec::with_capacity(rows);
+    let interleave = [1u32, 5, 2];
+    for i in 0..mixed {
+        apps.push(interleave[(i + rng.below(3) as usize) % 3]);
+    }
+    let mut left = rest;
+    for (k, (app, w)) in stretches.iter().enumerate() {
+        let n = if k + 1 == stretches.len() {
+            left
+        } else {
+            (rest * w / weight).min(left)
+        };
+        apps.extend(std::iter::repeat_n(*app, n));
+        left -= n;
+    }
+    for app in apps {
+        let sleep = rng.exponential(mean_sleep_s).min(15.0);
+        let size = match app {
+            1 | 3 => 512u32 << rng.below(4),
+            5 => 4096,
+            _ => 24_576,
+        };
+        let response = if matches!(app, 1 | 2) { 64 } else { size };
+        let _ = writeln!(out, "{app},{sleep:.6},{size},{response}");
+    }
+    out
+}
