@@ -191,3 +191,82 @@ fn a_live_device_is_programmed_reconfigured_and_refuses_foreign_or_misplaced_par
         text(&probe)
     );
 }
+
+#[test]
+fn the_client_measures_a_slot_in_fperf_format_and_writes_parquet_samples() {
+    let sandbox = frac_project();
+    let built = sandbox.run(&["run", "bitstreams"]);
+    assert!(built.status.success(), "{}", text(&built));
+    let image = sandbox
+        .results("frac-bitstreams")
+        .join("latest/nodes/image/jtag/frac.bit");
+    let mut child = sandbox
+        .command(&[
+            "device",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--image",
+            image.to_str().expect("path"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn device");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address line");
+    let _stop = Stop(child);
+    let addr = line
+        .split_whitespace()
+        .nth(1)
+        .expect("listening ADDR")
+        .to_owned();
+    let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
+    let samples = sandbox.path().join("samples.parquet");
+    let args = [
+        "client", "-c", host, "-p", port, "-t", "rr", "-d", "2", "-n", "1", "-m", "512", "-X",
+        "1024",
+    ];
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend([
+        "-R",
+        "64",
+        "-Z",
+        "1",
+        "-K",
+        "0",
+        "--samples",
+        samples.to_str().expect("path"),
+    ]);
+    let run = sandbox.run(&args);
+    assert!(run.status.success(), "{}", text(&run));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let counts: u64 = stdout
+        .lines()
+        .filter(|l| l.contains(" RR .0 "))
+        .filter_map(|l| l.rsplit("count=").next()?.trim().parse::<u64>().ok())
+        .sum();
+    assert!(counts > 0, "{stdout}");
+    assert!(
+        stdout.contains("Total-Throughput") && stdout.contains("exiting client: 0"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains(&format!("{counts} per-request samples")),
+        "samples equal the counted requests: {stderr}"
+    );
+    assert!(std::fs::metadata(&samples).expect("parquet").len() > 0);
+
+    let refused = sandbox.run(&[
+        "client", "-c", host, "-p", port, "-m", "1000", "-X", "1024", "-Z", "1",
+    ]);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "checked before connecting: {}",
+        text(&refused)
+    );
+}

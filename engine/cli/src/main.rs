@@ -1,6 +1,7 @@
 //! The `fracflow` command: parses arguments, wires the loader, the core and the executors together, renders
 //! every error in one place and maps outcomes to the exit codes in `exit.rs`.
 
+mod client;
 mod device;
 mod exit;
 mod project;
@@ -107,6 +108,13 @@ enum Command {
     },
     /// List the pipelines and their targets.
     Targets,
+    /// The embedded load client: fperf's flags (-c -p -t rr -d -n -C -S -m -X -R -Z -K -F -L -D -E) and
+    /// console output, plus --open-loop RATE[:poisson|:fixed], --skip S, --samples FILE.parquet, --json.
+    #[command(disable_help_flag = true)]
+    Client {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The emulated fRAC device and its controller client.
     Device {
         #[command(subcommand)]
@@ -335,6 +343,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Command::Device { action } => device::run(action),
+        Command::Client { args } => client::run(args),
         Command::Cache { action } => {
             let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
             cache(&project, action)

@@ -153,7 +153,7 @@ pub struct OpenLoopReport {
     pub sends: u64,
     /// Largest send lag, ns.
     pub max_send_lag_ns: u64,
-    /// Achieved ≥ 98 % of the target and ≤ 1 % of sends late.
+    /// Achieved ≥ 98 % of the target and no send more than 100 ms behind.
     pub rate_kept: bool,
 }
 
@@ -292,6 +292,8 @@ struct WorkerOut {
 const SAMPLE_CHUNK: usize = 65_536;
 /// Open loop: requests in flight per connection before sending stalls.
 const MAX_OUTSTANDING: usize = 1024;
+/// Open loop: a sender this far behind its schedule has lost the rate.
+const MAX_KEPT_LAG_NS: u64 = 100_000_000;
 /// A send this late counts as late.
 const LATE_NS: u64 = 1_000_000;
 /// Read/write timeout of blocking sockets: how often a blocked thread
@@ -479,13 +481,18 @@ pub fn run(config: &ClientConfig, observer: &mut dyn Observer) -> Result<RunRepo
         let sends: u64 = threads.iter().map(|t| t.sends).sum();
         let late: u64 = threads.iter().map(|t| t.late_sends).sum();
         let achieved = measured_completions as f64 / measured_s;
+        let max_lag = threads.iter().map(|t| t.max_send_lag_ns).max().unwrap_or(0);
         OpenLoopReport {
             target_rate: o.rate,
             achieved_rate: achieved,
             late_sends: late,
             sends,
-            max_send_lag_ns: threads.iter().map(|t| t.max_send_lag_ns).max().unwrap_or(0),
-            rate_kept: achieved >= 0.98 * o.rate && late * 100 <= sends,
+            max_send_lag_ns: max_lag,
+            // Late single sends (a loaded host oversleeping) cost latency,
+            // which is measured from the intended time anyway; the rate is
+            // lost when the completions fall short or the sender falls
+            // behind for good.
+            rate_kept: achieved >= 0.98 * o.rate && max_lag < MAX_KEPT_LAG_NS,
         }
     });
     let cpu_saturated = threads.iter().any(|t| {
@@ -858,7 +865,17 @@ impl Worker {
                 self.report.conns.nr_zero_io_conn += 1;
             }
         }
-        self.flush_second();
+        // A full-length run reports exactly -d seconds (the loop already
+        // flushed the last one when it saw the deadline); a trace or a
+        // failed run reports its partial last second.
+        match self.duration_ns {
+            Some(d) if !self.stop.load(Ordering::Relaxed) => {
+                while u64::from(self.second) * 1_000_000_000 < d {
+                    self.flush_second();
+                }
+            }
+            _ => self.flush_second(),
+        }
         let wall = end.max(1);
         self.report.work_fraction = 1.0 - (idle_ns as f64 / wall as f64).min(1.0);
         self.report.cpu_fraction = match (cpu0, thread_cpu_ns()) {
@@ -1028,7 +1045,7 @@ impl Worker {
                             }
                         }
                         Err(e) if would_block(&e) => {}
-                        Err(e) => return Some(self.closed_msg(&e.to_string())),
+                        Err(e) => return Some(self.closed_msg(&io_reason(&e))),
                     }
                 }
                 // --- read ---
@@ -1064,7 +1081,7 @@ impl Worker {
                             }
                         }
                         Err(e) if would_block(&e) => {}
-                        Err(e) => return Some(self.closed_msg(&e.to_string())),
+                        Err(e) => return Some(self.closed_msg(&io_reason(&e))),
                     }
                 }
                 // --- per-request timeout ---
@@ -1193,6 +1210,16 @@ impl Worker {
                 self.samples.push(Vec::with_capacity(SAMPLE_CHUNK));
             }
         }
+    }
+}
+
+/// Names a peer that went away as such; other errors as they are.
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => {
+            format!("the server closed the connection ({e})")
+        }
+        _ => e.to_string(),
     }
 }
 

@@ -14,7 +14,7 @@ fn closed_loop_pieces_against_pattern_slot() {
     // connections per thread.
     for flags in [
         "-d 2 -n 1 -C 1 -m 1024 -X 4096 -R 4096 -Z 1 -K 1",
-        "-d 2 -n 2 -C 2 -m 1024 -X 4096 -R 4096 -Z 1 -K 1",
+        "-d 2 -n 2 -C 2 -S 0 -m 1024 -X 4096 -R 4096 -Z 1 -K 1",
     ] {
         let cfg = config(dev.addr(), flags);
         let report = run(&cfg, &mut ()).expect("runs");
@@ -44,6 +44,13 @@ fn closed_loop_pieces_against_pattern_slot() {
             .map(|t| t.bytes_read)
             .sum();
         assert_eq!(read, total * 4096, "{flags}");
+        // Pinned from -S upward, wrapping over the cores; CPU use measured.
+        if cfg.start_cpu.is_some() {
+            let cores: Vec<Option<usize>> = report.threads.iter().map(|t| t.core).collect();
+            assert!(cores.iter().all(Option::is_some), "{cores:?}");
+            assert_ne!(cores[0], cores[1], "consecutive cores");
+        }
+        assert!(report.threads.iter().all(|t| t.cpu_fraction.is_some()));
     }
     dev.stop();
 }
