@@ -270,3 +270,51 @@ fn the_client_measures_a_slot_in_fperf_format_and_writes_parquet_samples() {
         text(&refused)
     );
 }
+
+#[test]
+fn the_cpu_server_answers_the_client_over_the_cpu_protocol() {
+    let sandbox = frac_project();
+    let built = sandbox.run(&["run", "bitstreams"]);
+    assert!(built.status.success(), "{}", text(&built));
+    let kernels = sandbox.results("frac-bitstreams").join("latest/nodes");
+    let mut child = sandbox
+        .command(&[
+            "cpu-server",
+            "-p",
+            "0",
+            "-n",
+            "2",
+            "--kernels",
+            kernels.to_str().expect("path"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cpu-server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address line");
+    let _stop = Stop(child);
+    let addr = line
+        .split_whitespace()
+        .nth(1)
+        .expect("listening ADDR")
+        .to_owned();
+    let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
+    for (function, response) in [("1", "64"), ("3", "960")] {
+        let args = [
+            "client", "-c", host, "-p", port, "-t", "rr", "-d", "1", "-n", "1", "-m", "1024", "-X",
+            "1024",
+        ];
+        let mut args: Vec<&str> = args.to_vec();
+        args.extend(["-R", response, "-Z", "0", "-F", function]);
+        let run = sandbox.run(&args);
+        assert!(run.status.success(), "-F {function}: {}", text(&run));
+        assert!(
+            String::from_utf8_lossy(&run.stdout).contains("exiting client: 0"),
+            "{}",
+            text(&run)
+        );
+    }
+}

@@ -157,3 +157,64 @@ fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<u8, Failure> {
     device.stop();
     Ok(exit::OK)
 }
+
+/// `fracflow cpu-server`: the software Top-K baseline of Figure 16, answering `-Z 0` requests.
+#[derive(clap::Args, Debug)]
+pub struct CpuServerArgs {
+    /// Port on 127.0.0.1 (0 picks a free one); see --listen for another address.
+    #[arg(short = 'p', long, default_value_t = 4096)]
+    port: u16,
+    /// Worker threads (the "cores" of the CPU baseline).
+    #[arg(short = 'n', long, default_value_t = 1)]
+    workers: usize,
+    /// Pin worker i to core S+i (wrapping over the available cores).
+    #[arg(short = 'S', long)]
+    start_cpu: Option<usize>,
+    /// Full listen address; overrides -p.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Compiled kernels for -F 2/3/5 (cnn, logit, norm): a directory of `hls` outputs, e.g.
+    /// results/frac-bitstreams/latest/nodes. top_k (-F 1) needs none.
+    #[arg(long)]
+    kernels: Option<PathBuf>,
+}
+
+pub fn cpu_server(args: CpuServerArgs) -> Result<u8, Failure> {
+    use fracflow_emulator::cpu_server::{CpuServer, CpuServerConfig, kernels_in};
+    let listen = args
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], args.port)));
+    let mut config = CpuServerConfig::new(listen, args.workers.max(1));
+    config.start_cpu = args.start_cpu;
+    if let Some(dir) = &args.kernels {
+        config.kernels = kernels_in(dir).map_err(|e| {
+            Failure::new(exit::BAD_INPUT, format!("--kernels {}: {e}", dir.display()))
+        })?;
+    }
+    config.log = Arc::new(|event: &LogEvent| eprintln!("cpu-server: {event}"));
+    let server = CpuServer::start(config).map_err(|e| {
+        Failure::new(
+            exit::BAD_INPUT,
+            format!("cannot start the CPU server on {listen}: {e}"),
+        )
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(crate::internal)?;
+    }
+    println!(
+        "listening {} workers {} (CPU baseline server)",
+        server.addr(),
+        args.workers.max(1)
+    );
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = server.stats();
+    eprintln!(
+        "cpu-server: stopping after {} requests on {} connections ({} refused as bad input)",
+        stats.requests, stats.connections, stats.bad_input
+    );
+    server.stop();
+    Ok(exit::OK)
+}

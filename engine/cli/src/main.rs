@@ -115,6 +115,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The software Top-K baseline server of Figure 16 (fperf's `-Z 0` protocol), K pinned workers.
+    CpuServer(device::CpuServerArgs),
     /// The emulated fRAC device and its controller client.
     Device {
         #[command(subcommand)]
@@ -344,6 +346,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Device { action } => device::run(action),
         Command::Client { args } => client::run(args),
+        Command::CpuServer(args) => device::cpu_server(args),
         Command::Cache { action } => {
             let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
             cache(&project, action)

@@ -96,6 +96,7 @@
 
 pub mod build;
 pub mod client;
+pub mod cpu_server;
 pub mod design;
 pub mod device;
 pub mod error;
@@ -110,6 +111,7 @@ pub use build::{
     compile_unit, compiler_version, full_image, partials_for_unit, weave, write_design,
 };
 pub use client::{LoadReport, ProgramReport, SlotProbe, load_partial, probe, program};
+pub use cpu_server::{CpuServer, CpuServerConfig, CpuServerStats, RunningCpuServer};
 pub use design::{BuildId, DesignManifest};
 pub use device::{Device, DeviceConfig, DeviceStatus, ImageKind, RunningDevice, SlotStatus};
 pub use error::{Error, Result};

@@ -5,6 +5,7 @@
 mod bad_input;
 mod build_chain;
 mod common;
+mod cpu_server;
 mod incremental;
 mod management;
 mod models;
