@@ -318,3 +318,41 @@ fn the_cpu_server_answers_the_client_over_the_cpu_protocol() {
         );
     }
 }
+
+#[test]
+fn measurements_run_in_process_and_are_cached_by_key() {
+    let sandbox = frac_project();
+    let (child, addr) = serve(&sandbox);
+    let _stop = Stop(child);
+    let set = format!("device=\"{addr}\"");
+    let first = sandbox.run(&["run", "topk", "--smoke", "--set", &set]);
+    assert!(first.status.success(), "{}", text(&first));
+    let measured = outcome(&sandbox, "frac-measure", "node_finished");
+    assert!(
+        measured.contains("measure[m=1024]") && measured.contains("measure[m=4096]"),
+        "{measured:?}"
+    );
+    let nodes = sandbox.results("frac-measure").join("latest/nodes");
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(nodes.join("measure[m=4096]/summary.json")).expect("summary"),
+    )
+    .expect("json");
+    assert!(summary["requests"].as_u64().unwrap_or(0) > 0, "{summary}");
+    assert_eq!(summary["source"]["device"], addr.as_str());
+    let console =
+        std::fs::read_to_string(nodes.join("measure[m=4096]/console.log")).expect("console");
+    assert!(console.contains("Total-Throughput"), "{console}");
+
+    // Programming is an effect and runs again; the measurements' keys are unchanged, so they are cache hits.
+    let second = sandbox.run(&["run", "topk", "--smoke", "--set", &set]);
+    assert!(second.status.success(), "{}", text(&second));
+    let cached = outcome(&sandbox, "frac-measure", "node_cached");
+    assert!(
+        cached.contains("measure[m=1024]") && cached.contains("measure[m=4096]"),
+        "{cached:?}"
+    );
+    assert_eq!(
+        outcome(&sandbox, "frac-measure", "node_finished"),
+        ["program".to_owned()].into()
+    );
+}

@@ -106,3 +106,12 @@ fn crates_import_only_what_the_architecture_allows() {
         violations.join("\n")
     );
 }
+
+#[test]
+fn every_kind_the_loader_accepts_has_an_executor_and_back() {
+    let mut loader: Vec<&str> = fracflow_loader::known_kinds().to_vec();
+    let mut executors: Vec<&str> = fracflow_executors::Registry::builtin().names().collect();
+    loader.sort_unstable();
+    executors.sort_unstable();
+    assert_eq!(loader, executors);
+}

@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod fpga;
+pub mod measure;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ impl Registry {
         kinds.insert("image", Box::new(fpga::ImageKind));
         kinds.insert("program", Box::new(fpga::ProgramKind));
         kinds.insert("load", Box::new(fpga::LoadKind));
+        kinds.insert("measure", Box::new(measure::MeasureKind));
         Registry { kinds }
     }
 

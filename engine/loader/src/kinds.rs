@@ -27,6 +27,7 @@ pub(crate) const KINDS: &[KindDef] = &[
     KindDef::of::<ImageKind>("image"),
     KindDef::of::<ProgramKind>("program"),
     KindDef::of::<LoadKind>("load"),
+    KindDef::of::<MeasureKind>("measure"),
 ];
 
 /// `command`: runs a shell command (or an argv list) in the project root; it writes its outputs under
@@ -258,6 +259,25 @@ pub(crate) struct LoadKind {
 }
 
 impl Kind for LoadKind {}
+
+/// `measure`: runs the embedded load client against the device at `addr`, in-process, with fperf's flags; keeps
+/// its fperf-format console log, per-second records, per-request samples (Parquet) and a summary.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasureKind {
+    /// The device (or CPU server), `HOST:PORT`.
+    pub addr: Tpl<DeviceAddr>,
+    /// fperf's arguments without `-c`/`-p`, e.g. `-t rr -d {d} -n {n} -m {m} -X {m} -R 64 -Z 1 -K {slot}`.
+    pub fperf: String,
+    /// Seconds at the start left out of the samples (warm-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_s: Option<u32>,
+    /// Open loop instead of fperf's closed loop: `RATE[:poisson|:fixed]` requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_loop: Option<String>,
+}
+
+impl Kind for MeasureKind {}
 
 fn default_chunk_size() -> Tpl<ChunkSize> {
     Tpl::Value(ChunkSize(DEFAULT_CHUNK_SIZE))

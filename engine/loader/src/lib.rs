@@ -154,7 +154,8 @@ mod tests {
         assert_eq!(
             known_kinds(),
             [
-                "command", "group", "hls", "weave", "partials", "image", "program", "load"
+                "command", "group", "hls", "weave", "partials", "image", "program", "load",
+                "measure"
             ]
         );
     }
