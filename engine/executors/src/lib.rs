@@ -2,6 +2,7 @@
 //! helper that spawns processes.
 
 pub mod command;
+pub mod fperf;
 pub mod fpga;
 pub mod measure;
 pub mod process;

@@ -98,14 +98,16 @@ fn append(path: &Path) -> io::Result<File> {
 
 /// Runs the process to its end, a timeout or cancellation; never leaves it running.
 pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
-    let (program, args) = match TRAMPOLINE.get() {
+    // An OsString, not a PathBuf: duct runs a relative *path* from the working directory (`make` would become
+    // `./make`), while a plain name is looked up on PATH as a shell would.
+    let (program, args): (std::ffi::OsString, Vec<String>) = match TRAMPOLINE.get() {
         Some(trampoline) => {
             let mut args = vec![TRAMPOLINE_VERB.to_owned(), std::process::id().to_string()];
             args.push(spawn.program.display().to_string());
             args.extend(spawn.args.iter().cloned());
-            (trampoline.clone(), args)
+            (trampoline.clone().into_os_string(), args)
         }
-        None => (spawn.program.clone(), spawn.args.clone()),
+        None => (spawn.program.clone().into_os_string(), spawn.args.clone()),
     };
     // One full environment, not one `.env()` per variable: each `.env()` wraps the expression once more, and a
     // node with thousands of variables overflowed a thread's stack starting that nested expression.
@@ -180,4 +182,27 @@ fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<V
     }
     signal_all(libc::SIGKILL);
     Ok(handle.wait()?.stdout.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_program_name_is_found_on_path_without_the_trampoline() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let spawn = Spawn {
+            program: PathBuf::from("echo"),
+            args: vec!["found".into()],
+            env: Vec::new(),
+            cwd: dir.path().to_owned(),
+            log: dir.path().join("log"),
+            timeout: Some(Duration::from_secs(10)),
+            grace: Grace::default(),
+        };
+        let finished = run(&spawn, &Cancel::new())?;
+        assert_eq!(finished.ending, Ending::Exited(0));
+        assert_eq!(finished.stdout, b"found\n");
+        Ok(())
+    }
 }
