@@ -75,14 +75,14 @@ fn editing_one_accelerator_rebuilds_only_what_contains_it() {
     );
 }
 
-/// `fracflow device serve` on a free loopback port; returns the child and its data address.
-fn serve(sandbox: &Sandbox) -> (Child, String) {
+/// Starts `fracflow ARGS…` (a server that prints `listening ADDR …` first); returns it and ADDR.
+fn start_server(sandbox: &Sandbox, args: &[&str]) -> (Child, String) {
     let mut child = sandbox
-        .command(&["device", "serve", "--listen", "127.0.0.1:0"])
+        .command(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn device");
+        .expect("spawn server");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
     BufReader::new(stdout)
@@ -94,6 +94,11 @@ fn serve(sandbox: &Sandbox) -> (Child, String) {
         .expect("listening ADDR")
         .to_owned();
     (child, addr)
+}
+
+/// `fracflow device serve` on a free loopback port; returns the child and its data address.
+fn serve(sandbox: &Sandbox) -> (Child, String) {
+    start_server(sandbox, &["device", "serve", "--listen", "127.0.0.1:0"])
 }
 
 struct Stop(Child);
@@ -200,29 +205,19 @@ fn the_client_measures_a_slot_in_fperf_format_and_writes_parquet_samples() {
     let image = sandbox
         .results("frac-bitstreams")
         .join("latest/nodes/image/jtag/frac.bit");
-    let mut child = sandbox
-        .command(&[
+    let image = image.to_str().expect("path");
+    let (child, addr) = start_server(
+        &sandbox,
+        &[
             "device",
             "serve",
             "--listen",
             "127.0.0.1:0",
             "--image",
-            image.to_str().expect("path"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn device");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("address line");
+            image,
+        ],
+    );
     let _stop = Stop(child);
-    let addr = line
-        .split_whitespace()
-        .nth(1)
-        .expect("listening ADDR")
-        .to_owned();
     let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
     let samples = sandbox.path().join("samples.parquet");
     let args = [
@@ -277,30 +272,12 @@ fn the_cpu_server_answers_the_client_over_the_cpu_protocol() {
     let built = sandbox.run(&["run", "bitstreams"]);
     assert!(built.status.success(), "{}", text(&built));
     let kernels = sandbox.results("frac-bitstreams").join("latest/nodes");
-    let mut child = sandbox
-        .command(&[
-            "cpu-server",
-            "-p",
-            "0",
-            "-n",
-            "2",
-            "--kernels",
-            kernels.to_str().expect("path"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn cpu-server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("address line");
+    let kernels = kernels.to_str().expect("path");
+    let (child, addr) = start_server(
+        &sandbox,
+        &["cpu-server", "-p", "0", "-n", "2", "--kernels", kernels],
+    );
     let _stop = Stop(child);
-    let addr = line
-        .split_whitespace()
-        .nth(1)
-        .expect("listening ADDR")
-        .to_owned();
     let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
     for (function, response) in [("1", "64"), ("3", "960")] {
         let args = [

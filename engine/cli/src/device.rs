@@ -130,6 +130,21 @@ pub fn run(command: DeviceCommand) -> Result<u8, Failure> {
     }
 }
 
+/// A flag SIGINT and SIGTERM set: registered before a server announces itself, so no signal is missed.
+fn stop_on_signal() -> Result<Arc<AtomicBool>, Failure> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(crate::internal)?;
+    }
+    Ok(stop)
+}
+
+fn wait_until(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<u8, Failure> {
     let mut config = DeviceConfig::new(listen);
     config.image = image;
@@ -140,19 +155,14 @@ fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<u8, Failure> {
             format!("cannot start the device on {listen}: {e}"),
         )
     })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(crate::internal)?;
-    }
+    let stop = stop_on_signal()?;
     // One line on stdout with the bound address, so scripts and tests can find a port-0 device.
     println!(
         "listening {} management {} (emulated fRAC device)",
         device.addr(),
         device.management_addr()
     );
-    while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(&stop);
     eprintln!("device: stopping");
     device.stop();
     Ok(exit::OK)
@@ -198,18 +208,13 @@ pub fn cpu_server(args: CpuServerArgs) -> Result<u8, Failure> {
             format!("cannot start the CPU server on {listen}: {e}"),
         )
     })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(crate::internal)?;
-    }
+    let stop = stop_on_signal()?;
     println!(
         "listening {} workers {} (CPU baseline server)",
         server.addr(),
         args.workers.max(1)
     );
-    while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(&stop);
     let stats = server.stats();
     eprintln!(
         "cpu-server: stopping after {} requests on {} connections ({} refused as bad input)",
