@@ -619,17 +619,7 @@ impl<'de> Deserialize<'de> for RawNode {
     }
 }
 
-impl JsonSchema for RawNode {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "AnyValue".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!(true)
-    }
-}
+inline_schema!(RawNode, "AnyValue", |_| { json_schema!(true) });
 
 impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {

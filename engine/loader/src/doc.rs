@@ -1,11 +1,10 @@
 //! The serde types that define the pipeline format. The loader parses with them and `json_schema()` is
 //! generated from them, so the schema cannot drift from what is accepted.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::{JsonSchema, json_schema};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -151,41 +150,33 @@ impl<'de> Deserialize<'de> for Foreach {
     }
 }
 
-impl JsonSchema for Foreach {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Foreach".into()
-    }
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let scalar = generator.subschema_for::<Scalar>();
-        json_schema!({
-            "anyOf": [
-                {
-                    "type": "array",
-                    "items": { "type": "string" },
-                    "description": "Keys of the pipeline's `sweep:`."
-                },
-                {
-                    "type": "object",
-                    "description": "Axes in the order of the instance ids: `KEY: sweep` for a key of the pipeline's `sweep:`, `KEY: [V1, V2]` for an axis of this node's own.",
-                    "additionalProperties": {
-                        "anyOf": [
-                            { "const": "sweep", "description": "The pipeline's sweep key of this name." },
-                            {
-                                "type": "array",
-                                "items": scalar,
-                                "minItems": 1,
-                                "description": "A node-local axis and its values, in order."
-                            }
-                        ]
-                    }
+inline_schema!(Foreach, "Foreach", |generator| {
+    let scalar = generator.subschema_for::<Scalar>();
+    json_schema!({
+        "anyOf": [
+            {
+                "type": "array",
+                "items": { "type": "string" },
+                "description": "Keys of the pipeline's `sweep:`."
+            },
+            {
+                "type": "object",
+                "description": "Axes in the order of the instance ids: `KEY: sweep` for a key of the pipeline's `sweep:`, `KEY: [V1, V2]` for an axis of this node's own.",
+                "additionalProperties": {
+                    "anyOf": [
+                        { "const": "sweep", "description": "The pipeline's sweep key of this name." },
+                        {
+                            "type": "array",
+                            "items": scalar,
+                            "minItems": 1,
+                            "description": "A node-local axis and its values, in order."
+                        }
+                    ]
                 }
-            ]
-        })
-    }
-}
+            }
+        ]
+    })
+});
 
 /// The value of one `foreach` axis written as a mapping entry: `sweep`, or the axis's own values.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,17 +227,9 @@ impl<'de> Deserialize<'de> for PartialNode {
     }
 }
 
-impl JsonSchema for PartialNode {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "PartialNode".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "object", "description": "Keys of a node to change in this variant." })
-    }
-}
+inline_schema!(PartialNode, "PartialNode", |_| {
+    json_schema!({ "type": "object", "description": "Keys of a node to change in this variant." })
+});
 
 /// A sweep value (and a value in `exclude` rules): a string, integer, number or boolean.
 #[derive(Debug, Clone, PartialEq)]
@@ -319,17 +302,9 @@ impl Serialize for Scalar {
     }
 }
 
-impl JsonSchema for Scalar {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Scalar".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": ["string", "number", "boolean"] })
-    }
-}
+inline_schema!(Scalar, "Scalar", |_| {
+    json_schema!({ "type": ["string", "number", "boolean"] })
+});
 
 /// One value or a list of values (in `exclude` rules).
 #[derive(Debug, Clone, PartialEq)]
@@ -382,18 +357,10 @@ impl<'de> Deserialize<'de> for OneOrMany {
     }
 }
 
-impl JsonSchema for OneOrMany {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "ScalarOrList".into()
-    }
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let scalar = generator.subschema_for::<Scalar>();
-        json_schema!({ "anyOf": [scalar, { "type": "array", "items": scalar }] })
-    }
-}
+inline_schema!(OneOrMany, "ScalarOrList", |generator| {
+    let scalar = generator.subschema_for::<Scalar>();
+    json_schema!({ "anyOf": [scalar, { "type": "array", "items": scalar }] })
+});
 
 /// A string, or a number or boolean taken as its text (env values, argv words).
 #[derive(Debug, Clone, PartialEq)]
@@ -433,17 +400,9 @@ impl Serialize for Text {
     }
 }
 
-impl JsonSchema for Text {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Text".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": ["string", "number", "boolean"] })
-    }
-}
+inline_schema!(Text, "Text", |_| {
+    json_schema!({ "type": ["string", "number", "boolean"] })
+});
 
 /// `30s`, `5m`, `2h`, `250ms`, or a number of seconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -483,23 +442,15 @@ impl<'de> Deserialize<'de> for DurationValue {
     }
 }
 
-impl JsonSchema for DurationValue {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "A duration: `30s`, `5m`, `2h`, `250ms`, or a number of seconds.",
-            "anyOf": [
-                { "type": "number", "minimum": 0 },
-                { "type": "string" }
-            ]
-        })
-    }
-}
+inline_schema!(DurationValue, "Duration", |_| {
+    json_schema!({
+        "description": "A duration: `30s`, `5m`, `2h`, `250ms`, or a number of seconds.",
+        "anyOf": [
+            { "type": "number", "minimum": 0 },
+            { "type": "string" }
+        ]
+    })
+});
 
 /// Parses `30s`, `5m`, `2h`, `250ms`, `1.5s` or a bare number of seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -720,23 +720,15 @@ impl<'de> Deserialize<'de> for RunSpec {
     }
 }
 
-impl JsonSchema for RunSpec {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Run".into()
-    }
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let word = generator.subschema_for::<Text>();
-        json_schema!({
-            "anyOf": [
-                { "type": "string", "description": "Run by `sh -c`." },
-                { "type": "array", "items": word, "minItems": 1, "description": "argv words." }
-            ]
-        })
-    }
-}
+inline_schema!(RunSpec, "Run", |generator| {
+    let word = generator.subschema_for::<Text>();
+    json_schema!({
+        "anyOf": [
+            { "type": "string", "description": "Run by `sh -c`." },
+            { "type": "array", "items": word, "minItems": 1, "description": "argv words." }
+        ]
+    })
+});
 
 /// A node's kind-specific settings, as they go into `NodeSpec::config`.
 pub(crate) type Config = BTreeMap<String, serde_json::Value>;

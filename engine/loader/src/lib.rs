@@ -11,6 +11,22 @@
 //! whole text, after substitution, is an integer expression (`"{X} - 64"`) becomes that integer. Templates apply
 //! to string values only: a number-typed key such as `retries` takes a literal number.
 
+/// `impl JsonSchema` for a type whose serde form is written by hand: inlined where used, named, with the schema
+/// the closure-like body builds (its parameter is the generator, for subschemas).
+macro_rules! inline_schema {
+    ($ty:ty, $name:literal, |$generator:pat_param| $body:block) => {
+        impl schemars::JsonSchema for $ty {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema($generator: &mut schemars::SchemaGenerator) -> schemars::Schema $body
+        }
+    };
+}
+
 mod de;
 mod diag;
 mod discover;
