@@ -211,16 +211,12 @@ pub fn run(
         failed: Vec::new(),
         skipped: 0,
     };
-    let mut stop_launching = false;
     let (sender, receiver) = mpsc::channel::<Finished>();
 
     std::thread::scope(|scope| -> std::io::Result<()> {
         loop {
-            if cancel.is_cancelled() {
-                stop_launching = true;
-            }
             // Newly ready nodes get their key once: a hit completes now (it needs no core), a miss waits to run.
-            while !stop_launching && !cancel.is_cancelled() {
+            while !must_stop(cancel, options, &summary) {
                 let Some((pos, index)) = ready.pop_first() else {
                     break;
                 };
@@ -250,9 +246,6 @@ pub fn run(
                             observer,
                             &mut emit,
                         )?;
-                        if !options.keep_going {
-                            stop_launching = true;
-                        }
                         continue;
                     }
                 };
@@ -293,10 +286,7 @@ pub fn run(
             // or host is busy is passed over, not waited for. The scan stops as soon as the budget is full.
             let mut cursor = runnable.keys().next().copied();
             while let Some(at) = cursor {
-                if stop_launching
-                    || cancel.is_cancelled()
-                    || (running > 0 && cores_in_use >= budget)
-                {
+                if must_stop(cancel, options, &summary) || (running > 0 && cores_in_use >= budget) {
                     break;
                 }
                 let Some((&(pos, index), _)) = runnable.range(at..).next() else {
@@ -405,9 +395,6 @@ pub fn run(
                         observer,
                         &mut emit,
                     )?;
-                    if !options.keep_going {
-                        stop_launching = true;
-                    }
                 }
             }
             run_dir.checkpoint(true)?;
@@ -467,6 +454,11 @@ pub fn run(
     engine.stat.save()?;
     run_dir.finish(summary.status)?;
     Ok(summary)
+}
+
+/// Nothing new starts once the run is cancelled, or once a node failed without `--keep-going`.
+fn must_stop(cancel: &Cancel, options: &RunOptions, summary: &RunSummary) -> bool {
+    cancel.is_cancelled() || (!options.keep_going && !summary.failed.is_empty())
 }
 
 fn node_cores(spec: &NodeSpec, budget: usize) -> usize {
