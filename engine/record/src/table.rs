@@ -1,0 +1,101 @@
+//! A small column-named table: the currency between aggregation (which computes it with polars) and the figures
+//! and reports (which only read it), so that neither side needs the other's crates.
+
+use serde::{Deserialize, Serialize};
+
+/// One cell of a summary table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Cell {
+    Num(f64),
+    Text(String),
+    Null,
+}
+
+impl Cell {
+    /// The number in the cell; text that parses as a number counts too (sweep values read back from CSV).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Cell::Num(v) => Some(*v),
+            Cell::Text(t) => t.trim().parse().ok(),
+            Cell::Null => None,
+        }
+    }
+
+    /// The cell as the text a label or a legend shows: integers without a decimal point.
+    pub fn label(&self) -> String {
+        match self {
+            Cell::Num(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{}", *v as i64),
+            Cell::Num(v) => format!("{v}"),
+            Cell::Text(t) => t.clone(),
+            Cell::Null => String::new(),
+        }
+    }
+}
+
+/// Named columns, rows of cells; every row has one cell per column.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    pub fn new(columns: Vec<String>) -> Table {
+        Table {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    /// The index of column `name`.
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+
+    /// The cell of `row` in column `name`.
+    pub fn get(&self, row: usize, name: &str) -> Option<&Cell> {
+        let col = self.column(name)?;
+        self.rows.get(row)?.get(col)
+    }
+}
+
+/// Where a number came from; every figure's footer and every report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Provenance {
+    pub pipeline: String,
+    pub run_id: String,
+    /// The testbed profile's name (`emulated`, `u280-direct`, …).
+    pub testbed: String,
+    /// `emulated` or `real`.
+    pub testbed_kind: String,
+    pub host: String,
+    /// How requests were generated, e.g. `embedded client, closed loop`.
+    pub client: String,
+}
+
+impl Provenance {
+    /// The one-line footer every figure carries.
+    pub fn footer(&self) -> String {
+        let mut line = format!(
+            "{} · run {} · testbed {} ({}) · host {}",
+            self.pipeline, self.run_id, self.testbed, self.testbed_kind, self.host
+        );
+        if !self.client.is_empty() {
+            line.push_str(&format!(" · {}", self.client));
+        }
+        line
+    }
+}
+
+/// The verdict on one expectation (a claim of the paper, as data) against measured values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpectationResult {
+    /// Short name from the pipeline, e.g. `fRAC within 0.3 µs of the baseline`.
+    pub name: String,
+    /// The claim in words, with its limits filled in.
+    pub claim: String,
+    pub passed: bool,
+    /// The measured values the verdict rests on, in words (`median 7.9 µs at n=28, limit 10 µs`).
+    pub measured: String,
+}
