@@ -1,0 +1,335 @@
+//! The tables as polars DataFrames: conversion from and to [`Table`], the `derive` and `compare`
+//! post-processing (joins and concatenation), and the CSV/Parquet exports and their read-back.
+
+use std::path::Path;
+
+use polars::prelude::*;
+
+use crate::error::AggregateError;
+use crate::spec::{CompareSpec, DeriveStep, ScaleBy};
+use crate::{Cell, Table};
+
+/// The column that marks rows computed by `derive` (1) rather than measured (0).
+pub(crate) const COMPUTED_COLUMN: &str = "computed";
+
+/// Columns the post-processing adds temporarily; a `__` prefix keeps them apart from user labels.
+const ROW_INDEX: &str = "__row";
+const JOIN_KEY: &str = "__all";
+
+fn polars_error(table: &str) -> impl Fn(PolarsError) -> AggregateError + '_ {
+    move |e| AggregateError::table(table, e)
+}
+
+/// A DataFrame with one column per table column: f64 when every cell is a number or null, text otherwise.
+pub(crate) fn table_to_frame(name: &str, table: &Table) -> Result<DataFrame, AggregateError> {
+    let columns = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| {
+            let cells = table
+                .rows
+                .iter()
+                .map(|row| row.get(index).unwrap_or(&Cell::Null));
+            let numeric = cells
+                .clone()
+                .all(|c| matches!(c, Cell::Num(_) | Cell::Null));
+            if numeric {
+                let values: Vec<Option<f64>> = cells.map(Cell::as_f64).collect();
+                Column::new(column.as_str().into(), values)
+            } else {
+                let values: Vec<Option<String>> = cells
+                    .map(|c| (!matches!(c, Cell::Null)).then(|| c.label()))
+                    .collect();
+                Column::new(column.as_str().into(), values)
+            }
+        })
+        .collect();
+    DataFrame::new(table.rows.len(), columns).map_err(polars_error(name))
+}
+
+/// The table of a DataFrame: numbers (of any numeric type) become [`Cell::Num`], everything else text.
+pub(crate) fn frame_to_table(name: &str, frame: &DataFrame) -> Result<Table, AggregateError> {
+    let error = polars_error(name);
+    let mut table = Table::new(
+        frame
+            .get_column_names()
+            .into_iter()
+            .map(|n| n.to_string())
+            .collect(),
+    );
+    table.rows = vec![Vec::with_capacity(frame.width()); frame.height()];
+    for column in frame.columns() {
+        let dtype = column.dtype();
+        let cells: Vec<Cell> = if dtype.is_primitive_numeric() || dtype.is_bool() {
+            let numbers = column.cast(&DataType::Float64).map_err(&error)?;
+            numbers
+                .f64()
+                .map_err(&error)?
+                .iter()
+                .map(|v| v.map_or(Cell::Null, Cell::Num))
+                .collect()
+        } else {
+            let texts = column.cast(&DataType::String).map_err(&error)?;
+            texts
+                .str()
+                .map_err(&error)?
+                .iter()
+                .map(|v| v.map_or(Cell::Null, |t| Cell::Text(t.to_string())))
+                .collect()
+        };
+        for (row, cell) in table.rows.iter_mut().zip(cells) {
+            row.push(cell);
+        }
+    }
+    Ok(table)
+}
+
+/// Applies the `derive` steps in order; `labels` are the table's label columns.
+pub(crate) fn derive(
+    name: &str,
+    frame: DataFrame,
+    steps: &[DeriveStep],
+    labels: &[String],
+) -> Result<DataFrame, AggregateError> {
+    steps.iter().try_fold(frame, |frame, step| match step {
+        DeriveStep::ScaleBy(scale) => scale_by(name, frame, scale, labels),
+    })
+}
+
+fn require_columns(
+    name: &str,
+    frame: &DataFrame,
+    columns: &[&str],
+    what: &str,
+) -> Result<(), AggregateError> {
+    match columns.iter().find(|c| frame.column(c).is_err()) {
+        Some(missing) => Err(AggregateError::table(
+            name,
+            format!("{what} names column `{missing}`, which the table does not have"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn scale_by(
+    name: &str,
+    frame: DataFrame,
+    scale: &ScaleBy,
+    labels: &[String],
+) -> Result<DataFrame, AggregateError> {
+    let error = polars_error(name);
+    let mut named: Vec<&str> = vec![scale.column.as_str()];
+    named.extend(scale.columns.iter().map(String::as_str));
+    require_columns(name, &frame, &named, "`scale_by`")?;
+    let unit = scale.unit.unwrap_or(scale.base);
+    let x = || col(scale.column.as_str()).cast(DataType::Float64);
+    let has_computed = frame.column(COMPUTED_COLUMN).is_ok();
+    let mut measured = frame.lazy();
+    if !has_computed {
+        measured = measured.with_column(lit(0.0).alias(COMPUTED_COLUMN));
+    }
+    // The factor of measured rows; rows computed by an earlier step keep theirs or get it here.
+    let measured = measured
+        .with_column((x() / lit(unit)).alias(scale.factor_column.as_str()))
+        .with_column(lit(1.0).alias(JOIN_KEY));
+    let schema = measured.clone().collect_schema().map_err(&error)?;
+
+    let group_labels: Vec<&str> = labels
+        .iter()
+        .map(String::as_str)
+        .filter(|l| *l != scale.column)
+        .chain([JOIN_KEY])
+        .collect();
+    let group_keys: Vec<Expr> = group_labels.iter().map(|l| col(*l)).collect();
+    let is_measured = col(COMPUTED_COLUMN).eq(lit(0.0));
+    let base_name = |c: &str| format!("__base_{c}");
+    let base_rows = measured
+        .clone()
+        .filter(is_measured.clone().and(x().eq(lit(scale.base))))
+        .select(
+            group_keys
+                .iter()
+                .cloned()
+                .chain(
+                    scale
+                        .columns
+                        .iter()
+                        .map(|c| col(c.as_str()).alias(base_name(c))),
+                )
+                .collect::<Vec<_>>(),
+        );
+    let targets = measured
+        .clone()
+        .filter(is_measured.and(x().neq(lit(scale.base))))
+        .select(
+            group_keys
+                .iter()
+                .cloned()
+                .chain([col(scale.column.as_str())])
+                .collect::<Vec<_>>(),
+        );
+    let joined = targets.join(
+        base_rows,
+        group_keys.clone(),
+        group_keys,
+        JoinArgs::new(JoinType::Inner),
+    );
+    // The computed rows in the measured table's column order: scaled values, factor and marker set, the
+    // remaining statistics null.
+    let computed_columns: Vec<Expr> = schema
+        .iter()
+        .map(|(column, dtype)| {
+            let column = column.as_str();
+            if column == scale.factor_column {
+                (x() / lit(unit)).alias(column)
+            } else if column == COMPUTED_COLUMN {
+                lit(1.0).alias(column)
+            } else if scale.columns.iter().any(|c| c == column) {
+                (col(base_name(column).as_str()) * x() / lit(scale.base))
+                    .cast(dtype.clone())
+                    .alias(column)
+            } else if column == scale.column || group_labels.contains(&column) {
+                col(column)
+            } else {
+                lit(NULL).cast(dtype.clone()).alias(column)
+            }
+        })
+        .collect();
+    let computed = joined.select(computed_columns);
+    concat([measured, computed], UnionArgs::default())
+        .map_err(&error)?
+        .drop(cols([JOIN_KEY]))
+        .collect()
+        .map_err(&error)
+}
+
+/// Adds `delta_<value>` = value − the baseline series' value among rows equal in `compare.on`.
+pub(crate) fn compare(
+    name: &str,
+    frame: DataFrame,
+    compare: &CompareSpec,
+) -> Result<DataFrame, AggregateError> {
+    let error = polars_error(name);
+    let mut named: Vec<&str> = vec![compare.column.as_str()];
+    named.extend(compare.on.iter().map(String::as_str));
+    named.extend(compare.values.iter().map(String::as_str));
+    require_columns(name, &frame, &named, "`compare`")?;
+    let series_dtype = frame
+        .column(&compare.column)
+        .map_err(&error)?
+        .dtype()
+        .clone();
+    let baseline = match (&compare.baseline, series_dtype.is_primitive_numeric()) {
+        (cell, true) => lit(cell.as_f64().ok_or_else(|| {
+            AggregateError::table(name, format!("baseline {} is not a number", cell.label()))
+        })?),
+        (cell, false) => lit(cell.label()),
+    };
+    let base_name = |c: &str| format!("__baseline_{c}");
+    let keys: Vec<Expr> = compare.on.iter().map(|c| col(c.as_str())).collect();
+    let baseline_rows = frame
+        .clone()
+        .lazy()
+        .filter(col(compare.column.as_str()).eq(baseline))
+        .select(
+            keys.iter()
+                .cloned()
+                .chain(
+                    compare
+                        .values
+                        .iter()
+                        .map(|v| col(v.as_str()).alias(base_name(v))),
+                )
+                .collect::<Vec<_>>(),
+        );
+    let duplicated = baseline_rows
+        .clone()
+        .group_by(keys.clone())
+        .agg([len().alias("rows")])
+        .filter(col("rows").gt(lit(1)))
+        .collect()
+        .map_err(&error)?;
+    if duplicated.height() > 0 {
+        return Err(AggregateError::table(
+            name,
+            format!(
+                "`compare`: the baseline {} has several rows with the same {:?}",
+                compare.baseline.label(),
+                compare.on
+            ),
+        ));
+    }
+    let deltas: Vec<Expr> = compare
+        .values
+        .iter()
+        .map(|v| (col(v.as_str()) - col(base_name(v).as_str())).alias(format!("delta_{v}")))
+        .collect();
+    let helpers: Vec<String> = compare
+        .values
+        .iter()
+        .map(|v| base_name(v))
+        .chain([ROW_INDEX.to_string()])
+        .collect();
+    frame
+        .lazy()
+        .with_row_index(ROW_INDEX, None)
+        .join(
+            baseline_rows,
+            keys.clone(),
+            keys,
+            JoinArgs::new(JoinType::Left),
+        )
+        .sort([ROW_INDEX], SortMultipleOptions::default())
+        .with_columns(deltas)
+        .drop(cols(helpers))
+        .collect()
+        .map_err(&error)
+}
+
+/// Writes `<name>.csv` and `<name>.parquet` into `out_dir`, each atomically.
+pub(crate) fn export(name: &str, frame: &DataFrame, out_dir: &Path) -> Result<(), AggregateError> {
+    let error = polars_error(name);
+    let mut frame = frame.clone();
+    let mut csv = Vec::new();
+    CsvWriter::new(&mut csv)
+        .include_header(true)
+        .finish(&mut frame)
+        .map_err(&error)?;
+    let csv_path = out_dir.join(format!("{name}.csv"));
+    fracflow_record::atomic_write(&csv_path, &csv).map_err(|e| AggregateError::io(&csv_path, e))?;
+    let mut parquet = Vec::new();
+    ParquetWriter::new(&mut parquet)
+        .with_compression(ParquetCompression::Zstd(None))
+        .finish(&mut frame)
+        .map_err(&error)?;
+    let parquet_path = out_dir.join(format!("{name}.parquet"));
+    fracflow_record::atomic_write(&parquet_path, &parquet)
+        .map_err(|e| AggregateError::io(&parquet_path, e))
+}
+
+/// Reads a `.csv` (with header) or `.parquet` export back.
+pub(crate) fn read_frame(path: &Path) -> Result<DataFrame, AggregateError> {
+    let shown = path.display().to_string();
+    let error =
+        |e: PolarsError| AggregateError::table(&shown, format!("not a readable table: {e}"));
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => {
+            // Open it ourselves first so that a missing file is an I/O error naming it.
+            std::fs::metadata(path).map_err(|e| AggregateError::io(path, e))?;
+            CsvReadOptions::default()
+                .with_has_header(true)
+                .try_into_reader_with_file_path(Some(path.to_path_buf()))
+                .and_then(|reader| reader.finish())
+                .map_err(error)
+        }
+        Some("parquet") => {
+            let file = std::fs::File::open(path).map_err(|e| AggregateError::io(path, e))?;
+            ParquetReader::new(file).finish().map_err(error)
+        }
+        _ => Err(AggregateError::table(
+            &shown,
+            "only .csv and .parquet tables can be read",
+        )),
+    }
+}

@@ -1,0 +1,426 @@
+//! Per-request samples and per-second records → summary tables (polars), fast quantiles, CSV/Parquet exports, and expectation verdicts.
+//!
+//! # The `aggregate` node
+//!
+//! [`aggregate`] reads one directory per measured point ([`PointSource`]) and writes `<table>.csv` and
+//! `<table>.parquet` (each atomically) for every table it returns. Every table starts with the points' label
+//! columns (in the order of the first point's labels; every point must have the same keys), then statistics.
+//! Latencies are in µs. The config ([`AggregateSpec`]) has three shapes, chosen by `stats`:
+//!
+//! ```yaml
+//! stats: seconds        # seconds.jsonl (figs 13–15)
+//! from_s: 10            # use seconds >= from_s (default 0)
+//! # → summary: throughput_gbps, mean_us, std_us, p25_us, median_us, p75_us, values, requests
+//! ```
+//! `throughput_gbps` is the mean over the used seconds of each second's total `write_gbps` (summed over client
+//! members); the latency columns are over the per-thread per-second averages `sum_ns / count` (threads with
+//! `count == 0` skipped) of the used seconds, `std_us` is the sample standard deviation (n − 1; null below two
+//! values), `values` how many averages there were, `requests` the sum of their counts. The per-second lines
+//! carry whichever latency the client reported (their `latency` field), so `latency:` does not apply here.
+//!
+//! ```yaml
+//! stats: samples        # samples.parquet (figs 16–17)
+//! skip_s: 10            # drop samples with t_send_ns < skip_s·1e9 (default 0)
+//! drop_fraction: 0.25   # then drop ⌊n·f⌋ first samples (in seq order) of each thread (default 0)
+//! latency: last_piece   # or from_send (default last_piece: fperf's latency_last_piece_ns)
+//! exact_max_samples: 24000000   # points with more rows use an HDR histogram (default 24 M ≈ 288 MB)
+//! cdf:                  # optional → table cdf: labels, latency_us, fraction
+//!   where: {m: 4096, clients: 28}   # only these points (numbers compare numerically)
+//!   drop_fraction: 0.1  # replaces the summary's drop_fraction for the cdf (skip_s still applies)
+//!   points: 200         # at most this many rows per point (default 200)
+//! # → summary: requests, mean_us, p25_us, median_us, p75_us, p90_us, p95_us, p99_us, max_us, method
+//! ```
+//!
+//! ```yaml
+//! stats: trace          # samples.parquet of a trace replay (fig 18)
+//! functions: {0: Top-K, 1: Logit, 2: CNN, 3: Norm}   # slot → name (other slots are named `slot N`)
+//! piece: 512            # fragments = (request_bytes − 64) / piece, rounded down (default 512)
+//! # (skip_s, drop_fraction, latency, exact_max_samples as for samples)
+//! # → summary: labels, function, fragments, then the samples columns; one row per (function, fragments)
+//! # → cdf: labels, function, fragments, latency_us, fraction (always; `cdf:` refines it)
+//! ```
+//!
+//! Any shape may add, applied to `summary` in this order:
+//!
+//! ```yaml
+//! derive:
+//!   - scale_by:             # fig 15 "without reassembly"
+//!       column: X           # the label to scale along
+//!       base: 1024          # the measured row each group scales from
+//!       factor_column: pieces
+//!       unit: 1024          # factor_column = X / unit (default: base)
+//!       columns: [mean_us]  # the statistics multiplied by X / base (default [mean_us])
+//! compare:
+//!   column: series          # the label naming the series
+//!   baseline: Transport
+//!   on: [n]                 # labels a row and its baseline row share
+//!   values: [median_us]     # → delta_median_us = value − baseline's value (0 on baseline rows)
+//! ```
+//! `scale_by` groups the measured rows by every other label; in each group the row with `X == base` is
+//! copied to each other `X` measured in that group, with `columns` multiplied by `X / base`, the other
+//! statistics null, `factor_column = X / unit` and `computed = 1`; measured rows get `factor_column` and
+//! `computed = 0`. Rows without a baseline row get a null delta; two baseline rows for one key are an error.
+//!
+//! # Quantiles
+//!
+//! One definition everywhere: the nearest rank, the value at 0-based rank round((n − 1)·q) of the sorted
+//! values (rounding halves away from zero), identical to polars' `QuantileMethod::Nearest`. It always returns
+//! a measured value; for an even count the median is the upper-middle or lower-middle value, not numpy's
+//! average of the two (the difference is at most the gap between neighbouring samples).
+//!
+//! Samples are read row group by row group with a column projection (only the columns the cuts need), the
+//! row groups of a point in parallel, so memory holds at most one point's kept latencies (8 bytes each, plus
+//! 4 bytes of thread id while the warm-up cut runs). The exact path selects ranks with `select_nth_unstable`
+//! on shrinking prefixes. A point with more rows than `exact_max_samples` is streamed into HDR histograms
+//! instead (3 significant digits: values are bucketed to 0.1 %, and HDR's quantile is the sample at 1-based
+//! rank ⌈q·n⌉, at most one rank from the nearest rank; count, mean and max stay exact); its `method` column
+//! says `hdr-3-digits` instead of `exact`. The warm-up cut of the HDR path needs
+//! seqs that increase per thread in file order (the measure node writes them so); the exact path handles any
+//! order (seqs must be unique per thread).
+//!
+//! # Expectations
+//!
+//! [`evaluate`] judges [`Expectation`]s (a `check` node's claims) against the tables; each names a table
+//! (default `summary`), an optional `where` filter on its cells and exactly one claim:
+//!
+//! ```yaml
+//! - name: "fRAC within 0.3 µs of the baseline"
+//!   table: summary
+//!   where: {series: "Transport+fRAC"}
+//!   within: {column: delta_median_us, limit: 0.3}   # |value| <= limit on every row
+//! - {name: "median below 10 µs", below: {column: median_us, limit: 10}}   # value < limit; `above`: >
+//! - {name: "tail", near: {a: p99_us, b: median_us, limit: 1.0}}        # |a − b| <= limit per row
+//! - {name: "sub-linear", sublinear: {x: pieces, y: mean_us, by: [f]}}   # y(x)/y(xmin) < x/xmin, computed == 0 rows
+//! - {name: "grows", grows: {x: clients, y: median_us, by: [units, m]}}  # y(xmax) > y(xmin)
+//! - {name: "slower", slower_growth: {x: clients, y: median_us, group: units, by: [m]}}
+//! - {name: "flatter", flatter: {x: clients, y: median_us, series: series, flat: fRAC, steep: CPU, by: [units, m]}}
+//! ```
+//! Growth is y(xmax)/y(xmin); a group needs two distinct x values, one row per x, and y(xmin) > 0. A claim
+//! whose filter matches no row fails, as does a group that cannot be judged.
+
+mod error;
+mod expect;
+mod frame;
+mod quantile;
+mod samples;
+mod seconds;
+mod spec;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub use error::AggregateError;
+pub use expect::{Bound, Curve, Expectation, Flatter, Near, SlowerGrowth, evaluate};
+pub use fracflow_record::{Cell, ExpectationResult, Table};
+pub use spec::{
+    AggregateSpec, CdfSpec, CompareSpec, DEFAULT_CDF_POINTS, DEFAULT_EXACT_MAX_SAMPLES, DeriveStep,
+    LatencyField, ScaleBy, StatsKind,
+};
+
+use quantile::{LatencySummary, QUANTILES, exact_cdf, exact_summary};
+use samples::{GroupKey, GroupLatencies, SampleQuery, read_point};
+
+/// Columns this crate computes; everything before the first of them in a table is a label.
+pub(crate) const STATISTIC_COLUMNS: &[&str] = &[
+    "throughput_gbps",
+    "requests",
+    "mean_us",
+    "std_us",
+    "p25_us",
+    "median_us",
+    "p75_us",
+    "p90_us",
+    "p95_us",
+    "p99_us",
+    "max_us",
+    "values",
+    "method",
+    "latency_us",
+    "fraction",
+    frame::COMPUTED_COLUMN,
+];
+
+/// Fragment size of a trace replay when the spec gives none (the artifact's `m 512`).
+const DEFAULT_TRACE_PIECE: u32 = 512;
+
+/// One measured point: its labels (sweep coordinates and series labels, e.g.
+/// `{"series": Text("fRAC"), "m": Num(4096.), "clients": Num(28.)}`) and its directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointSource {
+    pub labels: BTreeMap<String, Cell>,
+    pub dir: PathBuf,
+    /// One client process of a point where several ran at once (the `member` of its per-second lines); `None`:
+    /// the whole point. Only `stats: seconds` can split a point this way.
+    pub member: Option<u64>,
+}
+
+/// The tables an `aggregate` node produced, by name (`summary`, and `cdf` when asked for).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Aggregated {
+    pub tables: BTreeMap<String, Table>,
+}
+
+/// Computes the spec's tables over `points` and writes `<table>.csv` and `<table>.parquet` into `out_dir`.
+pub fn aggregate(
+    spec: &AggregateSpec,
+    points: &[PointSource],
+    out_dir: &Path,
+) -> Result<Aggregated, AggregateError> {
+    spec.validate()?;
+    if spec.stats != StatsKind::Seconds
+        && let Some(point) = points.iter().find(|p| p.member.is_some())
+    {
+        return Err(AggregateError::Spec(format!(
+            "{}: splitting a point by client process needs `stats: seconds`; its raw samples are not split",
+            point.dir.display()
+        )));
+    }
+    let labels = label_names(points)?;
+    let (summary, cdf) = match spec.stats {
+        StatsKind::Seconds => (seconds_summary(spec, points, &labels)?, None),
+        StatsKind::Samples | StatsKind::Trace => {
+            let (summary, cdf) = sample_tables(spec, points, &labels)?;
+            let wants_cdf = spec.stats == StatsKind::Trace || spec.cdf.is_some();
+            (summary, wants_cdf.then_some(cdf))
+        }
+    };
+    let mut summary_labels = labels;
+    if spec.stats == StatsKind::Trace {
+        summary_labels.extend(["function".to_string(), "fragments".to_string()]);
+    }
+    let mut frame = frame::table_to_frame("summary", &summary)?;
+    frame = frame::derive("summary", frame, &spec.derive, &summary_labels)?;
+    if let Some(compare) = &spec.compare {
+        frame = frame::compare("summary", frame, compare)?;
+    }
+    let mut frames = vec![("summary", frame)];
+    if let Some(cdf) = cdf {
+        frames.push(("cdf", frame::table_to_frame("cdf", &cdf)?));
+    }
+    let mut tables = BTreeMap::new();
+    for (name, frame) in frames {
+        frame::export(name, &frame, out_dir)?;
+        tables.insert(name.to_string(), frame::frame_to_table(name, &frame)?);
+    }
+    Ok(Aggregated { tables })
+}
+
+/// Reads a `.csv` or `.parquet` table (an export of [`aggregate`]) back.
+pub fn read_table(path: &Path) -> Result<Table, AggregateError> {
+    let frame = frame::read_frame(path)?;
+    frame::frame_to_table(&path.display().to_string(), &frame)
+}
+
+/// The first point's label keys; every other point must have exactly these.
+fn label_names(points: &[PointSource]) -> Result<Vec<String>, AggregateError> {
+    let Some(first) = points.first() else {
+        return Ok(Vec::new());
+    };
+    let names: Vec<String> = first.labels.keys().cloned().collect();
+    for point in &points[1..] {
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !point.labels.contains_key(*n))
+            .collect();
+        let extra: Vec<&String> = point.labels.keys().filter(|k| !names.contains(k)).collect();
+        if !missing.is_empty() || !extra.is_empty() {
+            return Err(AggregateError::Labels {
+                dir: point.dir.clone(),
+                why: format!(
+                    "labels differ from the first point's ({}): missing {missing:?}, extra {extra:?}",
+                    first.dir.display()
+                ),
+            });
+        }
+    }
+    Ok(names)
+}
+
+fn label_cells(point: &PointSource, labels: &[String]) -> Vec<Cell> {
+    labels
+        .iter()
+        .map(|name| point.labels.get(name).cloned().unwrap_or(Cell::Null))
+        .collect()
+}
+
+fn columns(labels: &[String], statistics: &[&str]) -> Vec<String> {
+    labels
+        .iter()
+        .cloned()
+        .chain(statistics.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+fn optional(value: Option<f64>) -> Cell {
+    value.map_or(Cell::Null, Cell::Num)
+}
+
+fn seconds_summary(
+    spec: &AggregateSpec,
+    points: &[PointSource],
+    labels: &[String],
+) -> Result<Table, AggregateError> {
+    let mut table = Table::new(columns(
+        labels,
+        &[
+            "throughput_gbps",
+            "mean_us",
+            "std_us",
+            "p25_us",
+            "median_us",
+            "p75_us",
+            "values",
+            "requests",
+        ],
+    ));
+    for point in points {
+        let summary = seconds::summarise(
+            &point.dir.join("seconds.jsonl"),
+            spec.from_s.unwrap_or(0),
+            point.member,
+        )?;
+        let latency = summary.latency_us.as_ref();
+        let mut row = label_cells(point, labels);
+        row.extend([
+            optional(summary.throughput_gbps),
+            optional(latency.map(|l| l.mean)),
+            optional(latency.and_then(|l| l.std)),
+            optional(latency.map(|l| l.p25)),
+            optional(latency.map(|l| l.median)),
+            optional(latency.map(|l| l.p75)),
+            Cell::Num(latency.map_or(0, |l| l.count) as f64),
+            Cell::Num(summary.requests as f64),
+        ]);
+        table.rows.push(row);
+    }
+    Ok(table)
+}
+
+/// The statistic columns of a samples summary, in output order.
+const SAMPLE_STATISTICS: [&str; 10] = [
+    "requests",
+    "mean_us",
+    "p25_us",
+    "median_us",
+    "p75_us",
+    "p90_us",
+    "p95_us",
+    "p99_us",
+    "max_us",
+    "method",
+];
+
+fn latency_cells(summary: Option<&LatencySummary>) -> Vec<Cell> {
+    let Some(summary) = summary else {
+        let mut cells = vec![Cell::Num(0.0)];
+        cells.extend(std::iter::repeat_n(Cell::Null, SAMPLE_STATISTICS.len() - 1));
+        return cells;
+    };
+    let us = |ns: u64| Cell::Num(ns as f64 / 1e3);
+    let quantile = |name: &str| {
+        QUANTILES
+            .iter()
+            .position(|(column, _)| *column == name)
+            .map_or(Cell::Null, |index| us(summary.quantiles_ns[index]))
+    };
+    vec![
+        Cell::Num(summary.requests as f64),
+        Cell::Num(summary.mean_ns / 1e3),
+        quantile("p25_us"),
+        quantile("median_us"),
+        quantile("p75_us"),
+        quantile("p90_us"),
+        quantile("p95_us"),
+        quantile("p99_us"),
+        us(summary.max_ns),
+        Cell::Text(summary.method.name().to_string()),
+    ]
+}
+
+fn group_summary(latencies: &mut GroupLatencies) -> Option<LatencySummary> {
+    match latencies {
+        GroupLatencies::Exact(values) => exact_summary(values),
+        GroupLatencies::Hdr(accumulator) => accumulator.summary(),
+    }
+}
+
+fn group_cdf(latencies: &mut GroupLatencies, points: usize) -> Vec<(f64, f64)> {
+    match latencies {
+        GroupLatencies::Exact(values) => exact_cdf(values, points),
+        GroupLatencies::Hdr(accumulator) => accumulator.cdf(points),
+    }
+}
+
+/// The `summary` and `cdf` tables of `stats: samples | trace`.
+fn sample_tables(
+    spec: &AggregateSpec,
+    points: &[PointSource],
+    labels: &[String],
+) -> Result<(Table, Table), AggregateError> {
+    let trace = spec.stats == StatsKind::Trace;
+    let group_columns: &[&str] = if trace {
+        &["function", "fragments"]
+    } else {
+        &[]
+    };
+    let mut summary_columns = group_columns.to_vec();
+    summary_columns.extend(SAMPLE_STATISTICS);
+    let mut summary = Table::new(columns(labels, &summary_columns));
+    let mut cdf_columns = group_columns.to_vec();
+    cdf_columns.extend(["latency_us", "fraction"]);
+    let mut cdf = Table::new(columns(labels, &cdf_columns));
+
+    let query = |cuts| SampleQuery {
+        latency: spec.latency,
+        cuts,
+        trace_piece: trace.then(|| spec.piece.unwrap_or(DEFAULT_TRACE_PIECE)),
+        exact_max_samples: spec.exact_max_samples(),
+    };
+    let (summary_cuts, cdf_cuts) = (spec.summary_cuts(), spec.cdf_cuts());
+    let same_cuts = summary_cuts.drop_fraction == cdf_cuts.drop_fraction;
+    let group_cells = |key: GroupKey| -> Vec<Cell> {
+        if !trace {
+            return Vec::new();
+        }
+        let function = spec
+            .functions
+            .get(&key.slot)
+            .cloned()
+            .unwrap_or_else(|| format!("slot {}", key.slot));
+        vec![Cell::Text(function), Cell::Num(f64::from(key.fragments))]
+    };
+    for point in points {
+        let path = point.dir.join("samples.parquet");
+        let wants_cdf = (trace || spec.cdf.is_some())
+            && spec.cdf.as_ref().is_none_or(|cdf| {
+                cdf.filter.iter().all(|(name, wanted)| {
+                    point
+                        .labels
+                        .get(name)
+                        .is_some_and(|cell| expect::cell_matches(cell, wanted))
+                })
+            });
+        let mut groups = read_point(&path, &query(summary_cuts))?;
+        for (key, latencies) in &mut groups {
+            let mut row = label_cells(point, labels);
+            row.extend(group_cells(*key));
+            row.extend(latency_cells(group_summary(latencies).as_ref()));
+            summary.rows.push(row);
+        }
+        if !wants_cdf {
+            continue;
+        }
+        if !same_cuts {
+            groups = read_point(&path, &query(cdf_cuts))?;
+        }
+        for (key, latencies) in &mut groups {
+            for (latency_us, fraction) in group_cdf(latencies, spec.cdf_points()) {
+                let mut row = label_cells(point, labels);
+                row.extend(group_cells(*key));
+                row.extend([Cell::Num(latency_us), Cell::Num(fraction)]);
+                cdf.rows.push(row);
+            }
+        }
+    }
+    Ok((summary, cdf))
+}

@@ -1,0 +1,1077 @@
+//! The crate's one integration test binary (each binary links polars, so they are modules here): statistics
+//! against hand-computed values, exports read back, every expectation claim, and bad inputs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use fracflow_aggregate::{
+    AggregateSpec, Cell, Expectation, PointSource, Table, aggregate, evaluate, read_table,
+};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// One row of `samples.parquet`; `latency_ns` (from send) is always `last_piece_ns + 500`.
+#[derive(Clone, Copy)]
+struct Sample {
+    thread: u32,
+    seq: u64,
+    t_send_ns: u64,
+    last_piece_ns: u64,
+    slot: u32,
+    request_bytes: u32,
+}
+
+fn sample(thread: u32, seq: u64, t_send_ns: u64, last_piece_ns: u64) -> Sample {
+    Sample {
+        thread,
+        seq,
+        t_send_ns,
+        last_piece_ns,
+        slot: 0,
+        request_bytes: 1088,
+    }
+}
+
+/// Writes `samples` with the measure node's schema, `row_group_rows` rows per row group.
+fn write_samples(dir: &Path, samples: &[Sample], row_group_rows: usize) -> TestResult {
+    std::fs::create_dir_all(dir)?;
+    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
+    let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
+    let schema = Arc::new(Schema::new(vec![
+        u32f("thread"),
+        u64f("seq"),
+        u64f("t_send_ns"),
+        u64f("latency_ns"),
+        u64f("latency_last_piece_ns"),
+        u32f("slot"),
+        u32f("request_bytes"),
+        u32f("response_bytes"),
+    ]));
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(row_group_rows))
+        .build();
+    let file = std::fs::File::create(dir.join("samples.parquet"))?;
+    let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))?;
+    for chunk in samples.chunks(row_group_rows) {
+        let u32c = |f: fn(&Sample) -> u32| -> ArrayRef {
+            Arc::new(UInt32Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                u32c(|s| s.thread),
+                u64c(|s| s.seq),
+                u64c(|s| s.t_send_ns),
+                u64c(|s| s.last_piece_ns + 500),
+                u64c(|s| s.last_piece_ns),
+                u32c(|s| s.slot),
+                u32c(|s| s.request_bytes),
+                u32c(|_| 64),
+            ],
+        )?;
+        writer.write(&batch)?;
+        writer.flush()?;
+    }
+    writer.close()?;
+    Ok(())
+}
+
+fn labels(pairs: &[(&str, Cell)]) -> BTreeMap<String, Cell> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn text(t: &str) -> Cell {
+    Cell::Text(t.to_string())
+}
+
+fn num(v: f64) -> Cell {
+    Cell::Num(v)
+}
+
+fn spec(json: &str) -> Result<AggregateSpec, serde_json::Error> {
+    serde_json::from_str(json)
+}
+
+/// The cell of the row whose cells match `key` (column, value) pairs.
+fn cell<'a>(table: &'a Table, key: &[(&str, Cell)], column: &str) -> &'a Cell {
+    let row = (0..table.rows.len())
+        .find(|&row| key.iter().all(|(c, v)| table.get(row, c) == Some(v)))
+        .unwrap_or_else(|| panic!("no row {key:?} in {:?}", table.rows));
+    table
+        .get(row, column)
+        .unwrap_or_else(|| panic!("no column {column}"))
+}
+
+fn value(table: &Table, key: &[(&str, Cell)], column: &str) -> f64 {
+    cell(table, key, column)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{column} is not a number"))
+}
+
+fn assert_close(actual: f64, expected: f64) {
+    assert!(
+        (actual - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+        "{actual} != {expected}"
+    );
+}
+
+fn point(dir: PathBuf, pairs: &[(&str, Cell)]) -> PointSource {
+    PointSource {
+        labels: labels(pairs),
+        dir,
+        member: None,
+    }
+}
+
+/// Every table of an aggregation reads back equal from both exports.
+fn assert_exports_round_trip(out: &Path, tables: &BTreeMap<String, Table>) -> TestResult {
+    for (name, table) in tables {
+        for extension in ["csv", "parquet"] {
+            let read = read_table(&out.join(format!("{name}.{extension}")))?;
+            assert_eq!(&read, table, "{name}.{extension}");
+        }
+    }
+    Ok(())
+}
+
+mod seconds {
+    use super::*;
+
+    fn write_seconds(dir: &Path, lines: &[&str]) -> TestResult {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("seconds.jsonl"), lines.join("\n") + "\n")?;
+        Ok(())
+    }
+
+    /// One line with a single thread whose average is `avg_us`.
+    fn one_thread(dir: &Path, avg_us: f64) -> TestResult {
+        let line = format!(
+            r#"{{"second":0,"threads":[{{"thread":0,"count":1,"sum_ns":{}}}],"write_gbps":1.0}}"#,
+            (avg_us * 1e3).round() as u64
+        );
+        write_seconds(dir, &[&line])
+    }
+
+    #[test]
+    fn per_second_statistics_sum_members_and_cut_early_seconds() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("p");
+        write_seconds(
+            &dir,
+            &[
+                // second 0 is before from_s = 1: ignored entirely.
+                r#"{"second":0,"latency":"last_piece","threads":[{"thread":0,"count":10,"sum_ns":100000}],"write_gbps":1.0}"#,
+                // member 0 (implicit): averages 20000/2 = 10 µs and 48000/4 = 12 µs; an unknown field is ignored.
+                r#"{"second":1,"latency":"last_piece","threads":[{"thread":0,"count":2,"sum_ns":20000,"p50_ns":1},{"thread":1,"count":4,"sum_ns":48000}],"count":6,"write_gbps":40.0,"read_gbps":0.5,"extra":[1]}"#,
+                // 14 µs, and a thread without requests (skipped).
+                r#"{"second":2,"threads":[{"thread":0,"count":1,"sum_ns":14000},{"thread":1,"count":0,"sum_ns":0}],"write_gbps":42.0,"member":0}"#,
+                r#"{"second":1,"member":1,"threads":[{"thread":2,"count":5,"sum_ns":80000}],"write_gbps":45.0}"#,
+                r#"{"second":2,"member":1,"threads":[{"thread":2,"count":2,"sum_ns":36000}],"write_gbps":46.0}"#,
+            ],
+        )?;
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"seconds","from_s":1}"#)?,
+            &[point(
+                dir,
+                &[("series", text("fRAC")), ("clients", num(3.0))],
+            )],
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        assert_eq!(
+            summary.columns,
+            [
+                "clients",
+                "series",
+                "throughput_gbps",
+                "mean_us",
+                "std_us",
+                "p25_us",
+                "median_us",
+                "p75_us",
+                "values",
+                "requests"
+            ]
+        );
+        let key = [("series", text("fRAC"))];
+        // Per-second totals: 40 + 45 = 85 and 42 + 46 = 88 Gb/s → mean 86.5.
+        assert_close(value(summary, &key, "throughput_gbps"), 86.5);
+        // Averages 10, 12, 14, 16, 18 µs: mean 14, sample variance (16+4+0+4+16)/4 = 10,
+        // nearest ranks round(4·q): p25 → rank 1 = 12, median → rank 2 = 14, p75 → rank 3 = 16.
+        assert_close(value(summary, &key, "mean_us"), 14.0);
+        assert_close(value(summary, &key, "std_us"), 10f64.sqrt());
+        assert_close(value(summary, &key, "p25_us"), 12.0);
+        assert_close(value(summary, &key, "median_us"), 14.0);
+        assert_close(value(summary, &key, "p75_us"), 16.0);
+        assert_close(value(summary, &key, "values"), 5.0);
+        // 2 + 4 + 1 + 5 + 2 requests in seconds 1 and 2.
+        assert_close(value(summary, &key, "requests"), 14.0);
+        assert_exports_round_trip(&out, &result.tables)
+    }
+
+    #[test]
+    fn derive_scales_the_base_row_and_sublinear_holds_on_measured_rows() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        // Means: f=1: 10, 13, 16 µs at X = 1024, 2048, 4096; f=3: 20, 50 µs at X = 1024, 4096.
+        let measured = [
+            (1.0, 1024.0, 10.0),
+            (1.0, 2048.0, 13.0),
+            (1.0, 4096.0, 16.0),
+            (3.0, 1024.0, 20.0),
+            (3.0, 4096.0, 50.0),
+        ];
+        let mut points = Vec::new();
+        for (f, x, mean) in measured {
+            let dir = tmp.path().join(format!("f{f}_x{x}"));
+            one_thread(&dir, mean)?;
+            points.push(point(dir, &[("f", num(f)), ("X", num(x))]));
+        }
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(
+                r#"{"stats":"seconds","derive":[{"scale_by":{"column":"X","base":1024,"factor_column":"pieces"}}]}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        assert_eq!(summary.rows.len(), 8, "5 measured + 3 computed rows");
+        assert_eq!(summary.columns.last().map(String::as_str), Some("pieces"));
+        let row = |f: f64, x: f64, computed: f64| {
+            [("f", num(f)), ("X", num(x)), ("computed", num(computed))]
+        };
+        // Measured rows keep their values, pieces = X/1024.
+        assert_close(value(summary, &row(1.0, 2048.0, 0.0), "mean_us"), 13.0);
+        assert_close(value(summary, &row(1.0, 4096.0, 0.0), "pieces"), 4.0);
+        // Computed: base mean × X/1024; other statistics null.
+        assert_close(value(summary, &row(1.0, 2048.0, 1.0), "mean_us"), 20.0);
+        assert_close(value(summary, &row(1.0, 4096.0, 1.0), "mean_us"), 40.0);
+        assert_close(value(summary, &row(1.0, 4096.0, 1.0), "pieces"), 4.0);
+        assert_close(value(summary, &row(3.0, 4096.0, 1.0), "mean_us"), 80.0);
+        assert_eq!(
+            cell(summary, &row(3.0, 4096.0, 1.0), "median_us"),
+            &Cell::Null
+        );
+        assert_exports_round_trip(&out, &result.tables)?;
+
+        // 13/10 = 1.3 < 2, 16/10 = 1.6 < 4, 50/20 = 2.5 < 4: sub-linear; the computed rows (exactly linear,
+        // which would fail the strict `<`) are left out.
+        let claim: Vec<Expectation> = serde_json::from_str(
+            r#"[{"name":"sub-linear","sublinear":{"x":"pieces","y":"mean_us","by":["f"]}}]"#,
+        )?;
+        let verdicts = evaluate(&claim, &result.tables);
+        assert!(verdicts[0].passed, "{verdicts:?}");
+        assert!(
+            verdicts[0]
+                .measured
+                .contains("f=3: mean_us ×2.500 at pieces ×4"),
+            "{}",
+            verdicts[0].measured
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn compare_adds_deltas_against_the_baseline_series_in_row_order() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let medians = [
+            ("Transport", 1.0, 7.0),
+            ("Transport+fRAC", 1.0, 7.25),
+            ("Transport", 4.0, 7.5),
+            ("Transport+fRAC", 4.0, 7.625),
+        ];
+        let mut points = Vec::new();
+        for (series, n, median) in medians {
+            let dir = tmp.path().join(format!("{series}_{n}"));
+            one_thread(&dir, median)?;
+            points.push(point(dir, &[("series", text(series)), ("n", num(n))]));
+        }
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(
+                r#"{"stats":"seconds","compare":{"column":"series","baseline":"Transport","on":["n"],"values":["median_us","mean_us"]}}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        let deltas: Vec<Option<f64>> = (0..4)
+            .map(|row| summary.get(row, "delta_median_us").and_then(Cell::as_f64))
+            .collect();
+        // Rows stay in point order; baseline rows get 0, fRAC 7.25 − 7 and 7.625 − 7.5.
+        assert_eq!(deltas, [Some(0.0), Some(0.25), Some(0.0), Some(0.125)]);
+        assert_eq!(summary.get(1, "delta_mean_us"), Some(&num(0.25)));
+        // One value per point: the sample std is undefined (null) and survives both exports as null.
+        assert_eq!(summary.get(0, "std_us"), Some(&Cell::Null));
+        assert_exports_round_trip(&out, &result.tables)?;
+
+        let claims: Vec<Expectation> = serde_json::from_str(
+            r#"[{"name":"within","where":{"series":"Transport+fRAC"},"within":{"column":"delta_median_us","limit":0.3}},
+                {"name":"too tight","where":{"series":"Transport+fRAC"},"within":{"column":"delta_median_us","limit":0.2}}]"#,
+        )?;
+        let verdicts = evaluate(&claims, &result.tables);
+        assert!(verdicts[0].passed, "{verdicts:?}");
+        assert!(!verdicts[1].passed, "{verdicts:?}");
+        assert!(
+            verdicts[1]
+                .measured
+                .contains("delta_median_us 0.250 (limit ±0.200) at n=1 ✗"),
+            "{}",
+            verdicts[1].measured
+        );
+        Ok(())
+    }
+}
+
+mod samples {
+    use super::*;
+
+    /// Thread 0 sends seq s at s seconds with latency (s+1) µs; thread 1 sends seqs 0..5 at 2 s with
+    /// latency 10·s µs. With skip_s = 2, thread 0 keeps seqs 2..=7 (6 samples) and thread 1 all 5; the
+    /// 0.5 warm-up cut drops ⌊6·0.5⌋ = 3 and ⌊5·0.5⌋ = 2 of them, leaving thread 0's 6, 7, 8 µs and
+    /// thread 1's 20, 30, 40 µs.
+    fn warm_up_samples() -> Vec<Sample> {
+        let mut thread0: Vec<Sample> = (0..8)
+            .map(|s| sample(0, s, s * 1_000_000_000, (s + 1) * 1000))
+            .collect();
+        let mut thread1: Vec<Sample> = (0..5)
+            .map(|s| sample(1, s, 2_000_000_000 + s, s * 10_000))
+            .collect();
+        // Interleave the threads as concurrent clients would.
+        let mut rows = Vec::new();
+        while !thread0.is_empty() || !thread1.is_empty() {
+            for thread in [&mut thread0, &mut thread1] {
+                if !thread.is_empty() {
+                    rows.push(thread.remove(0));
+                }
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn skip_and_warm_up_cuts_then_nearest_rank_quantiles() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let ordered = tmp.path().join("ordered");
+        write_samples(&ordered, &warm_up_samples(), 3)?;
+        // The same samples with each thread's rows out of seq order: the exact path must cut by seq.
+        let shuffled = tmp.path().join("shuffled");
+        let mut rows = warm_up_samples();
+        rows.reverse();
+        rows.swap(0, 5);
+        write_samples(&shuffled, &rows, 4)?;
+        let points = [
+            point(ordered, &[("series", text("in order"))]),
+            point(shuffled, &[("series", text("shuffled"))]),
+        ];
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":2,"drop_fraction":0.5}"#)?,
+            &points,
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        assert_eq!(
+            summary.columns,
+            [
+                "series",
+                "requests",
+                "mean_us",
+                "p25_us",
+                "median_us",
+                "p75_us",
+                "p90_us",
+                "p95_us",
+                "p99_us",
+                "max_us",
+                "method"
+            ]
+        );
+        for series in ["in order", "shuffled"] {
+            let key = [("series", text(series))];
+            // Kept: 6, 7, 8, 20, 30, 40 µs; mean 111/6 = 18.5. Ranks round(5·q): p25 1.25 → 1 (7),
+            // median 2.5 → 3 (20, halves round away from zero), p75 3.75 → 4 (30), p90/p95/p99 → 5 (40).
+            assert_close(value(summary, &key, "requests"), 6.0);
+            assert_close(value(summary, &key, "mean_us"), 18.5);
+            assert_close(value(summary, &key, "p25_us"), 7.0);
+            assert_close(value(summary, &key, "median_us"), 20.0);
+            assert_close(value(summary, &key, "p75_us"), 30.0);
+            assert_close(value(summary, &key, "p90_us"), 40.0);
+            assert_close(value(summary, &key, "p99_us"), 40.0);
+            assert_close(value(summary, &key, "max_us"), 40.0);
+            assert_eq!(cell(summary, &key, "method"), &text("exact"));
+        }
+        assert!(!result.tables.contains_key("cdf"), "no cdf unless asked");
+        assert_exports_round_trip(&out, &result.tables)?;
+
+        // The from-send latency is 0.5 µs longer on every sample.
+        let from_send = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":2,"drop_fraction":0.5,"latency":"from_send"}"#)?,
+            &points,
+            &tmp.path().join("out2"),
+        )?;
+        assert_close(
+            value(
+                &from_send.tables["summary"],
+                &[("series", text("shuffled"))],
+                "median_us",
+            ),
+            20.5,
+        );
+
+        // The send-time cut alone keeps thread 0's 3..=8 µs and thread 1's 0, 10, 20, 30, 40 µs: 11 values,
+        // sum 133; sorted 0 3 4 5 6 7 8 10 20 30 40, median rank round(10·0.5) = 5 → 7 µs.
+        let skip_only = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":2}"#)?,
+            &points,
+            &tmp.path().join("out3"),
+        )?;
+        for series in ["in order", "shuffled"] {
+            let key = [("series", text(series))];
+            let summary = &skip_only.tables["summary"];
+            assert_close(value(summary, &key, "requests"), 11.0);
+            assert_close(value(summary, &key, "mean_us"), 133.0 / 11.0);
+            assert_close(value(summary, &key, "median_us"), 7.0);
+        }
+        Ok(())
+    }
+
+    /// The selection (bucket counts, then selection inside the target buckets) agrees with sorting, both for a
+    /// spread of latencies and when one huge outlier squeezes almost every value into one bucket.
+    #[test]
+    fn exact_quantiles_equal_the_sorted_nearest_ranks() -> TestResult {
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let z = (state ^ (state >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for outlier in [None, Some(5_000_000_000u64), Some(u64::MAX - 1000)] {
+            let tmp = tempfile::tempdir()?;
+            let dir = tmp.path().join("p");
+            let mut latencies: Vec<u64> = (0..50_001).map(|_| 8_000 + next() % 40_000).collect();
+            if let Some(outlier) = outlier {
+                latencies[123] = outlier;
+            }
+            let rows: Vec<Sample> = latencies
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| sample((i % 7) as u32, i as u64, 0, l))
+                .collect();
+            write_samples(&dir, &rows, 8192)?;
+            let result = aggregate(
+                &spec(r#"{"stats":"samples"}"#)?,
+                &[point(dir, &[])],
+                &tmp.path().join("out"),
+            )?;
+            let summary = &result.tables["summary"];
+            latencies.sort_unstable();
+            let n = latencies.len();
+            for (column, q) in [
+                ("p25_us", 0.25),
+                ("median_us", 0.5),
+                ("p75_us", 0.75),
+                ("p90_us", 0.9),
+                ("p95_us", 0.95),
+                ("p99_us", 0.99),
+            ] {
+                let expected = latencies[((n - 1) as f64 * q).round() as usize] as f64 / 1e3;
+                assert_eq!(
+                    summary.get(0, column),
+                    Some(&num(expected)),
+                    "{column} with outlier {outlier:?}"
+                );
+            }
+            assert_eq!(
+                summary.get(0, "max_us"),
+                Some(&num(latencies[n - 1] as f64 / 1e3))
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn histogram_path_matches_exact_within_a_tenth_of_a_percent() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("p");
+        // Thread 0: 1001 warm-up samples of 1 s (seq 0..=1000) then 1001 samples of 1..=1001 µs; the 0.5 cut
+        // drops ⌊2002·0.5⌋ = 1001, the warm-up. 600 samples of thread 1 sent before skip_s (t_send 0) go
+        // first: the first row group (500 rows) is pruned by its statistics, the second is cut row by row.
+        let mut rows: Vec<Sample> = (0..600).map(|i| sample(1, i, 0, 5_000_000_000)).collect();
+        rows.extend((0..2002).map(|s| {
+            let latency = if s < 1001 {
+                1_000_000_000
+            } else {
+                (s - 1000) * 1000
+            };
+            sample(0, s, 3_000_000_000 + s, latency)
+        }));
+        write_samples(&dir, &rows, 500)?;
+        let points = [point(dir, &[("m", num(1024.0))])];
+        let exact = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":1,"drop_fraction":0.5}"#)?,
+            &points,
+            &tmp.path().join("a"),
+        )?;
+        let hdr = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":1,"drop_fraction":0.5,"exact_max_samples":100}"#)?,
+            &points,
+            &tmp.path().join("b"),
+        )?;
+        let (exact, hdr) = (&exact.tables["summary"], &hdr.tables["summary"]);
+        let key = [("m", num(1024.0))];
+        assert_eq!(cell(hdr, &key, "method"), &text("hdr-3-digits"));
+        // Exact: n = 1001, median rank round(1000·0.5) = 500 → 501 µs; p99 rank 990 → 991 µs.
+        assert_close(value(exact, &key, "median_us"), 501.0);
+        assert_close(value(exact, &key, "p99_us"), 991.0);
+        for column in [
+            "p25_us",
+            "median_us",
+            "p75_us",
+            "p90_us",
+            "p95_us",
+            "p99_us",
+        ] {
+            let (e, h) = (value(exact, &key, column), value(hdr, &key, column));
+            assert!(
+                (h - e).abs() <= e * 1e-3 + 1e-3,
+                "{column}: hdr {h} vs exact {e}"
+            );
+        }
+        // Count, mean and max stay exact: mean of 1..=1001 is 501.
+        for column in ["requests", "mean_us", "max_us"] {
+            assert_close(value(hdr, &key, column), value(exact, &key, column));
+        }
+        assert_close(value(hdr, &key, "mean_us"), 501.0);
+        Ok(())
+    }
+
+    #[test]
+    fn cdf_only_for_matching_points_with_its_own_warm_up_cut() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let mut points = Vec::new();
+        for m in [1024.0, 4096.0] {
+            let dir = tmp.path().join(format!("m{m}"));
+            // One thread, 1..=8 µs in seq order.
+            let rows: Vec<Sample> = (0..8).map(|s| sample(0, s, s, (s + 1) * 1000)).collect();
+            write_samples(&dir, &rows, 8)?;
+            points.push(point(dir, &[("m", num(m)), ("clients", num(28.0))]));
+        }
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(
+                r#"{"stats":"samples","drop_fraction":0.5,"cdf":{"where":{"m":4096,"clients":"28"},"drop_fraction":0,"points":4}}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        // The summary drops ⌊8·0.5⌋ = 4: 5..=8 µs, median rank round(1.5) = 2 → 7 µs.
+        assert_close(
+            value(
+                &result.tables["summary"],
+                &[("m", num(1024.0))],
+                "median_us",
+            ),
+            7.0,
+        );
+        let cdf = &result.tables["cdf"];
+        assert_eq!(cdf.columns, ["clients", "m", "latency_us", "fraction"]);
+        // Only m = 4096, all 8 samples (the cdf's own cut is 0): ranks ⌈i·8/4⌉ − 1 = 1, 3, 5, 7.
+        let pairs: Vec<(Cell, Cell, Cell)> = cdf
+            .rows
+            .iter()
+            .map(|r| (r[1].clone(), r[2].clone(), r[3].clone()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (num(4096.0), num(2.0), num(0.25)),
+                (num(4096.0), num(4.0), num(0.5)),
+                (num(4096.0), num(6.0), num(0.75)),
+                (num(4096.0), num(8.0), num(1.0)),
+            ]
+        );
+        assert_exports_round_trip(&out, &result.tables)
+    }
+
+    #[test]
+    fn trace_groups_by_function_and_fragments() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("trace");
+        let request = |slot, request_bytes, latency_us: u64, seq| Sample {
+            slot,
+            request_bytes,
+            ..sample(0, seq, seq, latency_us * 1000)
+        };
+        // fragments = (bytes − 64) // 512: 576 → 1, 1088 → 2, 100 → 0.
+        let rows = [
+            request(0, 576, 5, 0),
+            request(2, 100, 8600, 1),
+            request(0, 576, 7, 2),
+            request(0, 1088, 9, 3),
+            request(3, 100, 1, 4),
+        ];
+        write_samples(&dir, &rows, 2)?;
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"trace","functions":{"0":"Top-K","2":"CNN"},"piece":512}"#)?,
+            &[point(dir, &[("run", text("azure"))])],
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        assert_eq!(
+            &summary.columns[..4],
+            ["run", "function", "fragments", "requests"]
+        );
+        let groups: Vec<(String, String)> = summary
+            .rows
+            .iter()
+            .map(|r| (r[1].label(), r[2].label()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("Top-K", "1"),
+                ("Top-K", "2"),
+                ("CNN", "0"),
+                ("slot 3", "0")
+            ]
+            .map(|(f, n)| (f.to_string(), n.to_string()))
+        );
+        let top_k_1 = [("function", text("Top-K")), ("fragments", num(1.0))];
+        // [5, 7]: mean 6, median rank round(0.5) = 1 → 7.
+        assert_close(value(summary, &top_k_1, "requests"), 2.0);
+        assert_close(value(summary, &top_k_1, "mean_us"), 6.0);
+        assert_close(value(summary, &top_k_1, "median_us"), 7.0);
+        assert_close(
+            value(summary, &[("function", text("CNN"))], "p99_us"),
+            8600.0,
+        );
+        // One cdf curve per group; Top-K/1 has two steps.
+        let cdf = &result.tables["cdf"];
+        let top_k_curve: Vec<(f64, f64)> = cdf
+            .rows
+            .iter()
+            .filter(|r| r[1] == text("Top-K") && r[2] == num(1.0))
+            .filter_map(|r| Some((r[3].as_f64()?, r[4].as_f64()?)))
+            .collect();
+        assert_eq!(top_k_curve, [(5.0, 0.5), (7.0, 1.0)]);
+        assert_eq!(cdf.rows.len(), 5);
+        assert_exports_round_trip(&out, &result.tables)
+    }
+}
+
+mod claims {
+    use super::*;
+
+    /// A CPU/fRAC scalability table: CPU medians grow 14 → 146 µs (1 unit) and 14 → 41 µs (4 units);
+    /// fRAC 7.7 → 8.7 µs. p99 is median + 0.8 µs except CPU.
+    fn scalability() -> BTreeMap<String, Table> {
+        let mut table = Table::new(
+            ["series", "units", "m", "clients", "median_us", "p99_us"]
+                .map(String::from)
+                .to_vec(),
+        );
+        let rows = [
+            ("CPU", 1.0, 1024.0, 1.0, 14.0, 20.0),
+            ("CPU", 1.0, 1024.0, 28.0, 146.0, 300.0),
+            ("CPU", 4.0, 1024.0, 1.0, 14.0, 20.0),
+            ("CPU", 4.0, 1024.0, 28.0, 41.0, 90.0),
+            ("fRAC", 1.0, 1024.0, 1.0, 7.7, 8.5),
+            ("fRAC", 1.0, 1024.0, 28.0, 8.7, 9.5),
+            ("fRAC", 4.0, 1024.0, 1.0, 7.7, 8.5),
+            ("fRAC", 4.0, 1024.0, 28.0, 8.7, 9.5),
+        ];
+        for (series, units, m, clients, median, p99) in rows {
+            table.rows.push(vec![
+                text(series),
+                num(units),
+                num(m),
+                num(clients),
+                num(median),
+                num(p99),
+            ]);
+        }
+        BTreeMap::from([("summary".to_string(), table)])
+    }
+
+    fn judge(json: &str) -> Result<(bool, String), Box<dyn std::error::Error>> {
+        let expectation: Expectation = serde_json::from_str(json)?;
+        let verdicts = evaluate(std::slice::from_ref(&expectation), &scalability());
+        let verdict = verdicts.into_iter().next().ok_or("no verdict")?;
+        assert_eq!(verdict.name, expectation.name);
+        assert!(!verdict.claim.is_empty());
+        Ok((verdict.passed, verdict.measured))
+    }
+
+    fn assert_verdict(json: &str, passes: bool, measured_contains: &str) -> TestResult {
+        let (passed, measured) = judge(json)?;
+        assert_eq!(passed, passes, "{json}: {measured}");
+        assert!(
+            measured.contains(measured_contains),
+            "{measured:?} lacks {measured_contains:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn below_and_above() -> TestResult {
+        assert_verdict(
+            r#"{"name":"b","where":{"series":"fRAC"},"below":{"column":"median_us","limit":10}}"#,
+            true,
+            "median_us 8.700 (limit 10) at units=4, m=1024, clients=28 ✓",
+        )?;
+        assert_verdict(
+            r#"{"name":"b","where":{"series":"fRAC"},"below":{"column":"median_us","limit":8}}"#,
+            false,
+            "8.700 (limit 8)",
+        )?;
+        assert_verdict(
+            r#"{"name":"a","where":{"series":"CPU"},"above":{"column":"median_us","limit":10}}"#,
+            true,
+            "146",
+        )?;
+        assert_verdict(
+            r#"{"name":"a","where":{"series":"CPU"},"above":{"column":"median_us","limit":14}}"#,
+            false,
+            "14 (limit 14)",
+        )
+    }
+
+    #[test]
+    fn within() -> TestResult {
+        assert_verdict(
+            r#"{"name":"w","where":{"series":"fRAC","clients":1},"within":{"column":"median_us","limit":7.7}}"#,
+            true,
+            "7.700",
+        )?;
+        assert_verdict(
+            r#"{"name":"w","where":{"series":"fRAC"},"within":{"column":"median_us","limit":8}}"#,
+            false,
+            "8.700 (limit ±8) at units=1",
+        )
+    }
+
+    #[test]
+    fn near() -> TestResult {
+        assert_verdict(
+            r#"{"name":"n","where":{"clients":28,"series":"fRAC"},"near":{"a":"p99_us","b":"median_us","limit":1.0}}"#,
+            true,
+            "9.500 − 8.700 = 0.800 (limit ±1)",
+        )?;
+        assert_verdict(
+            r#"{"name":"n","where":{"clients":28},"near":{"a":"p99_us","b":"median_us","limit":1.0}}"#,
+            false,
+            "series=CPU",
+        )
+    }
+
+    #[test]
+    fn grows() -> TestResult {
+        assert_verdict(
+            r#"{"name":"g","where":{"series":"CPU"},"grows":{"x":"clients","y":"median_us","by":["units","m"]}}"#,
+            true,
+            "units=1, m=1024: median_us 14 → 146 (clients 1 → 28, ×10.429) ✓",
+        )?;
+        // At one client the CPU median is 14 µs with 1 and 4 units: no growth along units.
+        assert_verdict(
+            r#"{"name":"g","where":{"series":"CPU","clients":1},"grows":{"x":"units","y":"median_us","by":["m"]}}"#,
+            false,
+            "median_us 14 → 14",
+        )
+    }
+
+    #[test]
+    fn slower_growth() -> TestResult {
+        assert_verdict(
+            r#"{"name":"s","where":{"series":"CPU"},"slower_growth":{"x":"clients","y":"median_us","group":"units","by":["m"]}}"#,
+            true,
+            "m=1024: ×2.929 at units=4, ×10.429 at units=1 ✓",
+        )?;
+        // fRAC grows equally with 1 and 4 units: not slower.
+        assert_verdict(
+            r#"{"name":"s","where":{"series":"fRAC"},"slower_growth":{"x":"clients","y":"median_us","group":"units","by":["m"]}}"#,
+            false,
+            "✗",
+        )
+    }
+
+    #[test]
+    fn flatter() -> TestResult {
+        assert_verdict(
+            r#"{"name":"f","flatter":{"x":"clients","y":"median_us","series":"series","flat":"fRAC","steep":"CPU","by":["units","m"]}}"#,
+            true,
+            "units=4, m=1024: fRAC: median_us 7.700 → 8.700",
+        )?;
+        assert_verdict(
+            r#"{"name":"f","flatter":{"x":"clients","y":"median_us","series":"series","flat":"CPU","steep":"fRAC","by":["units","m"]}}"#,
+            false,
+            "✗",
+        )
+    }
+
+    #[test]
+    fn sublinear() -> TestResult {
+        // CPU median at 1 unit: 146/14 ≈ 10.4 < 28/1: sub-linear; p99 300/20 = 15 < 28 too.
+        assert_verdict(
+            r#"{"name":"l","where":{"series":"CPU","units":1},"sublinear":{"x":"clients","y":"median_us"}}"#,
+            true,
+            "all rows: median_us ×10.429 at clients ×28 ✓",
+        )?;
+        // p99 against the median grows faster than linear: x = median 14 → 146 (×10.4), y = p99 20 → 300 (×15).
+        assert_verdict(
+            r#"{"name":"l","where":{"series":"CPU","units":1},"sublinear":{"x":"median_us","y":"p99_us"}}"#,
+            false,
+            "p99_us ×15 at median_us ×10.429 ✗",
+        )
+    }
+
+    #[test]
+    fn claims_without_rows_or_with_ambiguous_groups_fail() -> TestResult {
+        assert_verdict(
+            r#"{"name":"x","where":{"series":"DPU"},"below":{"column":"median_us","limit":10}}"#,
+            false,
+            "no rows match series=DPU in table summary",
+        )?;
+        assert_verdict(
+            r#"{"name":"x","where":{"cores":4},"below":{"column":"median_us","limit":10}}"#,
+            false,
+            "no column `cores`",
+        )?;
+        assert_verdict(
+            r#"{"name":"x","table":"cdf","below":{"column":"median_us","limit":10}}"#,
+            false,
+            "no table `cdf`",
+        )?;
+        assert_verdict(
+            r#"{"name":"x","below":{"column":"mean_us","limit":10}}"#,
+            false,
+            "no column `mean_us`",
+        )?;
+        // Without `by`, CPU has two rows per client count.
+        assert_verdict(
+            r#"{"name":"x","where":{"series":"CPU"},"grows":{"x":"clients","y":"median_us"}}"#,
+            false,
+            "several rows at clients=1",
+        )?;
+        assert_verdict(
+            r#"{"name":"x","below":{"column":"median_us","limit":10},"above":{"column":"median_us","limit":1}}"#,
+            false,
+            "states 2 claims",
+        )?;
+        assert_verdict(r#"{"name":"x"}"#, false, "states 0 claims")?;
+        let unknown: Result<Expectation, _> =
+            serde_json::from_str(r#"{"name":"x","bellow":{"column":"a","limit":1}}"#);
+        assert!(unknown.is_err(), "unknown fields are rejected");
+        Ok(())
+    }
+}
+
+mod errors {
+    use super::*;
+
+    fn message(
+        result: Result<fracflow_aggregate::Aggregated, fracflow_aggregate::AggregateError>,
+    ) -> String {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn missing_samples_file_names_it() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("empty");
+        std::fs::create_dir_all(&dir)?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"samples"}"#)?,
+            &[point(dir.clone(), &[])],
+            tmp.path(),
+        ));
+        assert!(
+            error.contains(&dir.join("samples.parquet").display().to_string()),
+            "{error}"
+        );
+        assert!(error.contains("No such file"), "{error}");
+        Ok(())
+    }
+
+    #[test]
+    fn corrupt_parquet_and_missing_columns_name_the_file() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("corrupt");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("samples.parquet");
+        std::fs::write(&path, b"PAR1 this is not parquet at all PAR1")?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"samples"}"#)?,
+            &[point(dir, &[])],
+            tmp.path(),
+        ));
+        assert!(error.starts_with(&path.display().to_string()), "{error}");
+        assert!(error.contains("not a readable Parquet file"), "{error}");
+
+        let dir = tmp.path().join("seconds-only");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("seconds.jsonl"),
+            "{\"second\":0,\"write_gbps\":1}\nnot json\n",
+        )?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"seconds"}"#)?,
+            &[point(dir.clone(), &[])],
+            tmp.path(),
+        ));
+        assert!(
+            error.contains(&format!("{}:2:", dir.join("seconds.jsonl").display())),
+            "{error}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_point_without_a_label_is_named() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        for dir in [&a, &b] {
+            write_samples(dir, &[sample(0, 0, 0, 1000)], 1)?;
+        }
+        let points = [
+            point(a, &[("series", text("fRAC")), ("m", num(1024.0))]),
+            point(b.clone(), &[("series", text("fRAC"))]),
+        ];
+        let error = message(aggregate(
+            &spec(r#"{"stats":"samples"}"#)?,
+            &points,
+            tmp.path(),
+        ));
+        assert!(
+            error.contains(&b.display().to_string()) && error.contains("missing [\"m\"]"),
+            "{error}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn spec_fields_that_do_not_apply_are_rejected() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let wrong = [
+            (
+                r#"{"stats":"seconds","skip_s":10}"#,
+                "`skip_s` applies to `stats: samples | trace`",
+            ),
+            (
+                r#"{"stats":"samples","from_s":10}"#,
+                "`from_s` applies to `stats: seconds`",
+            ),
+            (
+                r#"{"stats":"samples","functions":{"0":"Top-K"}}"#,
+                "`functions` applies to `stats: trace` only",
+            ),
+            (
+                r#"{"stats":"samples","drop_fraction":1.0}"#,
+                "`drop_fraction` must be in [0, 1)",
+            ),
+        ];
+        for (json, expected) in wrong {
+            let error = message(aggregate(&spec(json)?, &[], tmp.path()));
+            assert!(error.contains(expected), "{json}: {error}");
+        }
+        assert!(
+            spec(r#"{"stats":"samples","skip":10}"#).is_err(),
+            "unknown fields are rejected"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn spec_shapes_of_the_issue_parse() -> TestResult {
+        let shapes = [
+            r#"{"stats":"seconds","from_s":10}"#,
+            r#"{"stats":"samples","skip_s":10,"drop_fraction":0.25,"cdf":{"where":{"m":4096,"clients":28},"drop_fraction":0.1,"points":200}}"#,
+            r#"{"stats":"trace","functions":{"0":"Top-K","1":"Logit","2":"CNN","3":"Norm"},"piece":512}"#,
+            r#"{"stats":"seconds","from_s":10,"derive":[{"scale_by":{"column":"X","base":1024,"factor_column":"pieces","unit":1024,"columns":["mean_us"]}}],
+                "compare":{"column":"series","baseline":"Transport","on":["n"],"values":["median_us"]}}"#,
+            r#"{"stats":"samples","latency":"from_send","exact_max_samples":1000}"#,
+        ];
+        for json in shapes {
+            spec(json).map_err(|e| format!("{json}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn read_table_rejects_other_files() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let missing = tmp.path().join("summary.parquet");
+        let error = read_table(&missing)
+            .map(|_| ())
+            .err()
+            .ok_or("expected an error")?
+            .to_string();
+        assert!(error.contains(&missing.display().to_string()), "{error}");
+        assert!(read_table(&tmp.path().join("summary.json")).is_err());
+        Ok(())
+    }
+}
+
+mod members {
+    use super::*;
+
+    /// Two client processes that ran at once, split into one row each: member 0 averages 10 µs and member 1
+    /// 30 µs in every second; only their own lines count.
+    #[test]
+    fn a_point_splits_by_client_process() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut lines = String::new();
+        for second in 0..3 {
+            for (member, sum_ns) in [(0, 10_000u64), (1, 30_000)] {
+                lines.push_str(&format!(
+                    "{{\"second\":{second},\"member\":{member},\"write_gbps\":1.0,\"threads\":[{{\"count\":1,\"sum_ns\":{sum_ns}}}]}}\n"
+                ));
+            }
+        }
+        std::fs::write(dir.path().join("seconds.jsonl"), lines)?;
+        let points: Vec<PointSource> = [(0, "A"), (1, "B")]
+            .into_iter()
+            .map(|(member, name)| PointSource {
+                labels: labels(&[("function", Cell::Text(name.to_owned()))]),
+                dir: dir.path().to_path_buf(),
+                member: Some(member),
+            })
+            .collect();
+        let spec: AggregateSpec = serde_json::from_str(r#"{"stats":"seconds","from_s":1}"#)?;
+        let out = tempfile::tempdir()?;
+        let tables = aggregate(&spec, &points, out.path())?.tables;
+        let summary = &tables["summary"];
+        assert_eq!(summary.get(0, "mean_us"), Some(&Cell::Num(10.0)));
+        assert_eq!(summary.get(1, "mean_us"), Some(&Cell::Num(30.0)));
+        // Throughput is the member's own: 1 Gb/s per second, not the point's 2.
+        assert_eq!(summary.get(0, "throughput_gbps"), Some(&Cell::Num(1.0)));
+        assert_eq!(summary.get(1, "requests"), Some(&Cell::Num(2.0)));
+
+        let samples: AggregateSpec = serde_json::from_str(r#"{"stats":"samples"}"#)?;
+        let refused = aggregate(&samples, &points, out.path());
+        assert!(
+            matches!(&refused, Err(fracflow_aggregate::AggregateError::Spec(why)) if why.contains("stats: seconds")),
+            "{refused:?}"
+        );
+        Ok(())
+    }
+}
