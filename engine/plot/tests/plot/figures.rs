@@ -1,0 +1,195 @@
+//! The four figure shapes as SVG snapshots, and the PNG and PDF made from them.
+
+use std::time::{Duration, Instant};
+
+use fracflow_plot::{PlotSpec, draw, figure_files, render_svg};
+use fracflow_record::Table;
+
+use super::fixtures::{self, provenance, tables};
+
+fn svg_of(spec: &PlotSpec, table_name: &str, table: Table) -> String {
+    let svg = render_svg(spec, &tables(table_name, table), &provenance()).expect("figure draws");
+    assert!(
+        svg.contains(&provenance().footer()),
+        "footer missing from {}",
+        spec.figure
+    );
+    svg
+}
+
+#[test]
+fn lines_with_band_and_six_panels() {
+    let svg = svg_of(
+        &fixtures::scalability_spec(),
+        "summary",
+        fixtures::scalability(),
+    );
+    for text in [
+        "fRAC",
+        "CPU",
+        "DPU",
+        "p25–p75",
+        "4 units · 4096 B",
+        "Latency (µs)",
+        "Clients",
+        "1000",
+    ] {
+        assert!(svg.contains(text), "{text:?} missing");
+    }
+    insta::assert_snapshot!("lines_band_facets", svg);
+}
+
+#[test]
+fn bars_with_groups_error_bars_and_outlines() {
+    let svg = svg_of(
+        &fixtures::reassembly_spec(),
+        "summary",
+        fixtures::reassembly(),
+    );
+    for text in [
+        "4 fragments",
+        "Without Reassembly (emu)",
+        "Mixed Workload",
+        "isolated",
+        "Norm",
+    ] {
+        assert!(svg.contains(text), "{text:?} missing");
+    }
+    insta::assert_snapshot!("bars_groups_errors_outline", svg);
+}
+
+#[test]
+fn cdf_with_a_broken_x_axis() {
+    let svg = svg_of(&fixtures::trace_cdf_spec(), "cdf", fixtures::trace_cdf());
+    for text in ["Top-K", "CNN", "8840", "CDF"] {
+        assert!(svg.contains(text), "{text:?} missing");
+    }
+    insta::assert_snapshot!("cdf_broken_x", svg);
+}
+
+#[test]
+fn bars_with_a_broken_y_axis() {
+    let svg = svg_of(
+        &fixtures::mixed_workload_spec(),
+        "summary",
+        fixtures::mixed_workload(),
+    );
+    // Without series the legend names what the bars show.
+    for text in ["Latency (µs) (± std_us)", "CNN", "10000", "50"] {
+        assert!(svg.contains(text), "{text:?} missing");
+    }
+    insta::assert_snapshot!("bars_broken_y", svg);
+}
+
+/// The `width="…"` and `height="…"` of the SVG root.
+fn svg_size(svg: &str) -> (u32, u32) {
+    let attribute = |name: &str| {
+        let start = svg.find(&format!("{name}=\"")).expect("size attribute") + name.len() + 2;
+        let end = start + svg[start..].find('"').expect("closing quote");
+        svg[start..end].parse::<u32>().expect("integer size")
+    };
+    (attribute("width"), attribute("height"))
+}
+
+#[test]
+fn draw_writes_svg_png_and_pdf_with_the_font_embedded() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let spec = fixtures::scalability_spec();
+    let started = Instant::now();
+    let written = draw(
+        &spec,
+        &tables("summary", fixtures::scalability()),
+        &provenance(),
+        out.path(),
+    )
+    .expect("draws");
+    let elapsed = started.elapsed();
+    eprintln!("six-panel figure drawn and converted in {elapsed:?}");
+    // Generous for a debug build on a shared 2-core host; a regression to seconds per figure still fails.
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "drawing took {elapsed:?}"
+    );
+    let expected: Vec<_> = figure_files(&spec)
+        .iter()
+        .map(|name| out.path().join(name))
+        .collect();
+    assert_eq!(written, expected);
+    assert_eq!(figure_files(&spec), ["fig16.svg", "fig16.png", "fig16.pdf"]);
+
+    let svg = std::fs::read_to_string(&written[0]).expect("svg");
+    let (width, height) = svg_size(&svg);
+    let png = std::fs::read(&written[1]).expect("png");
+    let pixmap = resvg::tiny_skia::Pixmap::decode_png(&png).expect("PNG decodes");
+    assert_eq!((pixmap.width(), pixmap.height()), (2 * width, 2 * height));
+
+    let pdf = std::fs::read(&written[2]).expect("pdf");
+    assert!(pdf.starts_with(b"%PDF"), "not a PDF");
+    let contains = |needle: &[u8]| pdf.windows(needle.len()).any(|window| window == needle);
+    assert!(
+        contains(b"/FontFile2"),
+        "PDF embeds no TrueType font program"
+    );
+    assert!(contains(b"DejaVuSans"), "PDF's font is not DejaVu Sans");
+
+    let leftovers: Vec<_> = std::fs::read_dir(out.path())
+        .expect("read dir")
+        .map(|entry| entry.expect("entry").file_name())
+        .filter(|name| !figure_files(&spec).iter().any(|file| name == file.as_str()))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+}
+
+#[test]
+fn spec_parses_every_key_of_the_format_and_keeps_written_order() {
+    let text = r#"{
+        "figure": "fig14", "title": "Figure 14", "table": "summary", "style": "bars",
+        "x": {"column": "f", "label": "Function"},
+        "y": {"column": "mean_us", "label": "Latency (µs)", "scale": "linear",
+              "break": {"below": [0, 50], "above": [1000, 10000]}},
+        "error": "std_us",
+        "series": {"column": "series", "order": ["fRAC", "CPU", "DPU"]},
+        "panels": {"rows": "m", "columns": "units", "title": "{units} units · {m} B"},
+        "where": {"m": 4096},
+        "categories": {"column": "f", "names": {"1": "Top-K", "3": "Logit", "5": "Norm", "2": "CNN"}},
+        "groups": {"column": "mix", "order": ["isolated", "mixed"], "names": {"mixed": "Mixed Workload"}},
+        "outline": {"column": "computed", "value": 1, "label": "Without Reassembly (emu)"}
+    }"#;
+    let spec: PlotSpec = serde_json::from_str(text).expect("parses");
+    let categories = spec.categories.expect("categories");
+    let keys: Vec<&str> = categories
+        .names
+        .0
+        .iter()
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert_eq!(keys, ["1", "3", "5", "2"]);
+    assert_eq!(spec.filter.len(), 1);
+
+    let unknown = serde_json::from_str::<PlotSpec>(
+        r#"{"figure": "f", "style": "lines", "y": {"column": "y"}, "colour": "red"}"#,
+    );
+    assert!(
+        unknown
+            .expect_err("unknown key")
+            .to_string()
+            .contains("colour")
+    );
+}
+
+#[test]
+fn where_filter_keeps_matching_rows_numerically() {
+    let mut spec = fixtures::scalability_spec();
+    spec.panels = None;
+    spec.filter = vec![
+        (
+            "m".to_owned(),
+            fracflow_record::Cell::Text("4096".to_owned()),
+        ),
+        ("units".to_owned(), fracflow_record::Cell::Num(1.0)),
+    ];
+    let svg = svg_of(&spec, "summary", fixtures::scalability());
+    // 2 series × 6 client counts survive the filter: one marker each.
+    // 2 series × 6 client counts survive the filter, plus one marker in each of the 3 legend entries.
+    assert_eq!(svg.matches("<circle").count(), 12 + 3);
+}
