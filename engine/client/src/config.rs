@@ -128,6 +128,8 @@ pub struct ClientConfig {
     pub max_samples_per_thread: usize,
     /// Ours: multiply every trace `sleep_time` by this (1.0 = as recorded).
     pub trace_time_scale: f64,
+    /// Ours: the latency the per-second lines report, instead of the loop's default (`--latency`).
+    pub console_latency_override: Option<LatencyDef>,
 }
 
 impl Default for ClientConfig {
@@ -156,6 +158,7 @@ impl Default for ClientConfig {
             busy_poll: false,
             max_samples_per_thread: 20_000_000,
             trace_time_scale: 1.0,
+            console_latency_override: None,
         }
     }
 }
@@ -325,7 +328,8 @@ impl ClientConfig {
     /// Parses fperf-style arguments (without the program name), e.g.
     /// `-c 127.0.0.1 -p 2888 -t rr -d 5 -n 2 -m 1024 -X 4096 -R 64 -Z 1 -K 0`,
     /// plus ours: `--open-loop RATE[:fixed|:poisson]`, `--seed N`,
-    /// `--skip S`, `--timeout-ms MS`, `--busy-poll`, `--trace-time-scale F`.
+    /// `--skip S`, `--timeout-ms MS`, `--busy-poll`, `--trace-time-scale F`,
+    /// `--latency from-send|last-piece` (what the per-second lines report).
     /// `-X` and `-R` default to `-m` (fperf `17ec7ac`+); `-E` forces
     /// `-m 512` unless given.  Validates with [`ClientConfig::validate`].
     pub fn from_fperf_args(args: &[String]) -> Result<ClientConfig, ConfigError> {
@@ -418,6 +422,19 @@ impl ClientConfig {
                 "--skip" => c.skip_s = narrow("--skip", value, parse_duration_s(value)?)?,
                 "--timeout-ms" => {
                     c.request_timeout = Duration::from_millis(size("--timeout-ms")?);
+                }
+                "--latency" => {
+                    c.console_latency_override = Some(match value {
+                        "from-send" | "from_send" => LatencyDef::FromSend,
+                        "last-piece" | "last_piece" => LatencyDef::LastPiece,
+                        _ => {
+                            return Err(ConfigError::BadValue {
+                                flag: flag.into(),
+                                value: value.into(),
+                                why: "expected from-send or last-piece".into(),
+                            });
+                        }
+                    });
                 }
                 "--trace-time-scale" => {
                     c.trace_time_scale = value.parse().map_err(|_| ConfigError::BadValue {
@@ -535,7 +552,9 @@ impl ClientConfig {
     /// of open loop: no coordinated omission).
     #[must_use]
     pub fn console_latency(&self) -> LatencyDef {
-        if self.open_loop.is_some() {
+        if let Some(chosen) = self.console_latency_override {
+            chosen
+        } else if self.open_loop.is_some() {
             LatencyDef::FromSend
         } else {
             LatencyDef::LastPiece

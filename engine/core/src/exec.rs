@@ -77,6 +77,17 @@ pub struct Job<'a> {
     pub cancel: &'a Cancel,
     /// 0 for the first attempt.
     pub attempt: u32,
+    /// The run this node executes in (a cached result keeps the identity of the run that made it).
+    pub run: &'a RunIdentity,
+}
+
+/// Which run a node executes in: figures and reports name it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunIdentity {
+    pub pipeline: String,
+    pub run_id: String,
+    /// The testbed profile's name.
+    pub testbed: String,
 }
 
 /// What a successful node reports besides its output files.

@@ -13,7 +13,7 @@ pub mod spec;
 pub mod statcache;
 
 pub use cache::{Cache, CacheEntry};
-pub use exec::{Cancel, Executor, Job, KindInfo, Kinds, NodeError, Outcome};
+pub use exec::{Cancel, Executor, Job, KindInfo, Kinds, NodeError, Outcome, RunIdentity};
 pub use fingerprint::{FieldChange, Fingerprint};
 pub use graph::{Graph, GraphError};
 pub use lock::{LockError, TestbedLock};

@@ -26,6 +26,8 @@ pub struct RunMeta {
     pub command: Vec<String>,
     pub host: String,
     pub testbed: String,
+    /// The profile as used (kind, adaptation, lowered params), recorded in the manifest.
+    pub testbed_profile: serde_json::Value,
     pub git: Option<fracflow_record::manifest::GitState>,
 }
 
@@ -81,6 +83,7 @@ impl RunDir {
             command: meta.command.clone(),
             host: meta.host.clone(),
             testbed: meta.testbed.clone(),
+            testbed_profile: meta.testbed_profile.clone(),
             git: meta.git.clone(),
             started: now_rfc3339(),
             resumed: Vec::new(),

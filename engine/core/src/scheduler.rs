@@ -12,7 +12,7 @@ use petgraph::graph::NodeIndex;
 use fracflow_record::{EventKind, NodeStatus, RunStatus};
 
 use crate::cache::{Cache, CacheEntry};
-use crate::exec::{Cancel, Job, KindInfo, Kinds, NodeError, Outcome};
+use crate::exec::{Cancel, Job, KindInfo, Kinds, NodeError, Outcome, RunIdentity};
 use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 use crate::graph::Graph;
 use crate::run::{RunDir, now_rfc3339};
@@ -200,6 +200,11 @@ pub fn run(
         },
     )?;
 
+    let identity = RunIdentity {
+        pipeline: run_dir.manifest().pipeline.clone(),
+        run_id: run_dir.run_id().to_owned(),
+        testbed: run_dir.manifest().testbed.clone(),
+    };
     let budget = options.jobs.max(1);
     let mut cores_in_use = 0usize;
     let mut held: HashSet<Resource> = HashSet::new();
@@ -332,10 +337,18 @@ pub fn run(
                 let log = run_dir.log_path(&spec.id);
                 let sender = sender.clone();
                 let cancel = cancel.clone();
+                let identity = &identity;
                 scope.spawn(move || {
                     let started = Instant::now();
-                    let result =
-                        execute_with_retries(engine, spec, &fingerprint, &inputs, &log, &cancel);
+                    let result = execute_with_retries(
+                        engine,
+                        spec,
+                        &fingerprint,
+                        &inputs,
+                        &log,
+                        &cancel,
+                        identity,
+                    );
                     let _ = sender.send(Finished {
                         index,
                         result,
@@ -563,6 +576,7 @@ fn execute_with_retries(
     inputs: &BTreeMap<String, PathBuf>,
     log: &Path,
     cancel: &Cancel,
+    identity: &RunIdentity,
 ) -> Result<CacheEntry, NodeError> {
     let executor = engine
         .kinds
@@ -586,6 +600,7 @@ fn execute_with_retries(
             log,
             cancel,
             attempt,
+            run: identity,
         };
         let result: Result<Outcome, NodeError> = executor.execute(&job);
         let published = result.and_then(|outcome| {

@@ -116,6 +116,7 @@ fn run_with(
         command: vec![],
         host: "test".into(),
         testbed: "none".into(),
+        testbed_profile: serde_json::Value::Null,
         git: None,
     };
     let mut run_dir =

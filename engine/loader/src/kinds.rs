@@ -28,6 +28,9 @@ pub(crate) const KINDS: &[KindDef] = &[
     KindDef::of::<ProgramKind>("program"),
     KindDef::of::<LoadKind>("load"),
     KindDef::of::<MeasureKind>("measure"),
+    KindDef::of::<AggregateKind>("aggregate"),
+    KindDef::of::<PlotKind>("plot"),
+    KindDef::of::<CheckKind>("check"),
 ];
 
 /// `command`: runs a shell command (or an argv list) in the project root; it writes its outputs under
@@ -260,15 +263,45 @@ pub(crate) struct LoadKind {
 
 impl Kind for LoadKind {}
 
-/// `measure`: runs the embedded load client against the device at `addr`, in-process, with fperf's flags; keeps
-/// its fperf-format console log, per-second records, per-request samples (Parquet) and a summary.
+/// `measure`: runs the embedded load client in-process with fperf's flags against the testbed's device (after
+/// programming `image` and loading `slots` unless the device already holds them), a fixed `addr`, or a fresh CPU
+/// baseline server; keeps its fperf-format console log, per-second records, per-request samples (Parquet) and a
+/// summary.
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MeasureKind {
-    /// The device (or CPU server), `HOST:PORT`.
-    pub addr: Tpl<DeviceAddr>,
-    /// fperf's arguments without `-c`/`-p`, e.g. `-t rr -d {d} -n {n} -m {m} -X {m} -R 64 -Z 1 -K {slot}`.
-    pub fperf: String,
+    /// A fixed device (or server) `HOST:PORT`; default: the testbed's device (an emulated testbed starts one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<Tpl<DeviceAddr>>,
+    /// fperf's arguments without `-c`/`-p`, e.g. `-t rr -d {d} -n {n} -m {m} -X {m} -R 64 -Z 1 -K {slot}`; a
+    /// list runs one client per entry at the same time (the artifact's `together`).
+    pub fperf: FperfArgs,
+    /// The artifact's `instances`: one client per slot 0..N at once, each with `clients / N` threads (`-n` and
+    /// `-K` are added to `fperf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Tpl<Count>>,
+    /// Total client threads over the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Tpl<Count>>,
+    /// The full image to program first: a file of the `image` dependency (`jtag/frac.bit`, `bypass/frac.bit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Slot → partial (`c00_f00.bin`) of a `partials` dependency, loaded first unless already in that slot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slots: BTreeMap<String, String>,
+    /// Measure a fresh CPU baseline server (`fracflow cpu-server -n CORES` on this host) instead of the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSpec>,
+    /// Replay a synthetic trace with the Azure trace's apps and sizes (written as output `trace.csv`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSpec>,
+    /// Labels for aggregation beside the sweep point, e.g. `{series: fRAC, clients: "{n}"}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, serde_json::Value>,
+    /// Labels of each client process run at once (one entry per `fperf` string or instance), e.g. the function
+    /// each one drives; aggregation then splits the point by process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub member_labels: Vec<BTreeMap<String, serde_json::Value>>,
     /// Seconds at the start left out of the samples (warm-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_s: Option<u32>,
@@ -277,8 +310,131 @@ pub(crate) struct MeasureKind {
     pub open_loop: Option<String>,
 }
 
-impl Kind for MeasureKind {}
+impl Kind for MeasureKind {
+    const CHECKS: bool = true;
+    fn check(&self, _node: &str, _root: &Path) -> Vec<KindProblem> {
+        let mut problems = Vec::new();
+        let not_a_slot = |s: &String| !s.parse::<i64>().is_ok_and(|n| (0..SLOT_COUNT).contains(&n));
+        if let Some(slot) = self.slots.keys().find(|s| not_a_slot(s)) {
+            problems.push(KindProblem {
+                key: "slots",
+                message: format!("slot {slot} does not exist"),
+                hint: Some("the device has four slots, 0–3".to_owned()),
+            });
+        }
+        if self.instances.is_some() && self.clients.is_none() {
+            problems.push(KindProblem {
+                key: "instances",
+                message: "`instances` needs `clients` (the total over the instances)".to_owned(),
+                hint: None,
+            });
+        }
+        problems
+    }
+}
 
+/// One fperf argument string, or several run at once.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum FperfArgs {
+    One(String),
+    Together(Vec<String>),
+}
+
+/// The CPU baseline server of a `measure` node.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerSpec {
+    /// Compute threads of the server.
+    pub cores: Tpl<Count>,
+}
+
+/// A synthetic trace for a `measure` node.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TraceSpec {
+    /// Requests in the trace.
+    pub rows: Tpl<Count>,
+    /// Generator seed.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// `aggregate`: its dependencies' per-request samples and per-second records → summary tables (`summary.csv`,
+/// `summary.parquet`, and `cdf.*` when asked). The keys are fracflow-aggregate's spec (see its docs); they are
+/// checked in full when the run starts.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AggregateKind {
+    /// `seconds` (per-second values, figs 13–15), `samples` (raw samples, figs 16–17) or `trace` (fig 18).
+    pub stats: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_s: Option<Tpl<Number>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_s: Option<Tpl<Number>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_fraction: Option<Tpl<Number>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdf: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub functions: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<Tpl<Number>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derive: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<serde_json::Value>,
+}
+
+impl Kind for AggregateKind {}
+
+/// `plot`: draws one figure from its `aggregate` dependency's tables as SVG, PNG and PDF. The keys are
+/// fracflow-plot's spec (see its docs); they are checked in full when the run starts.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PlotKind {
+    /// The figure's file stem, e.g. `fig16`.
+    pub figure: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub style: Option<String>,
+    pub x: serde_json::Value,
+    pub y: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panels: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "where")]
+    pub filter: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outline: Option<serde_json::Value>,
+}
+
+impl Kind for PlotKind {}
+
+/// `check`: the paper's claims as data, evaluated on its `aggregate` dependencies' tables. `expect` maps a
+/// testbed kind (`emulated`, `real`) or profile name to its claims; only the run's testbed's claims apply. A
+/// failed claim is a result (listed in the summary and the report, own exit code), not a failed node.
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckKind {
+    pub expect: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+impl Kind for CheckKind {}
 fn default_chunk_size() -> Tpl<ChunkSize> {
     Tpl::Value(ChunkSize(DEFAULT_CHUNK_SIZE))
 }
@@ -308,6 +464,12 @@ pub(crate) trait Checked: Sized {
     fn from_int(value: i64) -> Result<Self, Problem> {
         Err((
             format!("expected {}, found the integer `{value}`", Self::EXPECTING),
+            None,
+        ))
+    }
+    fn from_float(value: f64) -> Result<Self, Problem> {
+        Err((
+            format!("expected {}, found the number `{value}`", Self::EXPECTING),
             None,
         ))
     }
@@ -351,6 +513,11 @@ impl<'de, T: Checked> Deserialize<'de> for Tpl<T> {
                         T::EXPECTING
                     ))),
                 }
+            }
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<Tpl<T>, E> {
+                T::from_float(value)
+                    .map(Tpl::Value)
+                    .map_err(|(message, hint)| custom_with_hint(message, hint))
             }
             fn visit_str<E: de::Error>(self, text: &str) -> Result<Tpl<T>, E> {
                 if template::has_braces(text) {
@@ -444,6 +611,99 @@ impl Checked for SlotNumber {
             "anyOf": [
                 { "type": "integer", "minimum": 0, "maximum": SLOT_COUNT - 1 },
                 { "type": "string", "description": "A template giving the slot number, e.g. \"{slot}\"." }
+            ]
+        })
+    }
+}
+
+/// A non-negative number (seconds, a fraction, bytes) that may be computed by a template.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Number(pub f64);
+
+impl Serialize for Number {
+    /// A whole number stays an integer, so kinds may read it as one.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.fract() == 0.0 && self.0 < 9.0e15 {
+            serializer.serialize_u64(self.0 as u64)
+        } else {
+            serializer.serialize_f64(self.0)
+        }
+    }
+}
+
+impl Checked for Number {
+    const EXPECTING: &'static str = "a number ≥ 0";
+    fn from_int(value: i64) -> Result<Number, Problem> {
+        if value < 0 {
+            return Err((
+                format!("expected {}, found `{value}`", Self::EXPECTING),
+                None,
+            ));
+        }
+        Ok(Number(value as f64))
+    }
+    fn from_float(value: f64) -> Result<Number, Problem> {
+        if value.is_finite() && value >= 0.0 {
+            Ok(Number(value))
+        } else {
+            Err((
+                format!("expected {}, found `{value}`", Self::EXPECTING),
+                None,
+            ))
+        }
+    }
+    fn from_text(text: &str) -> Result<Number, Problem> {
+        if let Some(Ok(value)) = template::integer_expression(text) {
+            return Number::from_int(value);
+        }
+        match text.trim().parse::<f64>() {
+            Ok(value) if value.is_finite() && value >= 0.0 => Ok(Number(value)),
+            _ => Err((
+                format!("expected {}, found `{text}`", Self::EXPECTING),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "anyOf": [
+                { "type": "number", "minimum": 0 },
+                { "type": "string", "description": "A template giving the number, e.g. \"{skip}\"." }
+            ]
+        })
+    }
+}
+
+/// A count of clients, instances or cores: 1 or more.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Count(pub u32);
+
+impl Checked for Count {
+    const EXPECTING: &'static str = "a whole number ≥ 1";
+    fn from_int(value: i64) -> Result<Count, Problem> {
+        match u32::try_from(value) {
+            Ok(n) if n >= 1 => Ok(Count(n)),
+            _ => Err((
+                format!("expected {}, found `{value}`", Self::EXPECTING),
+                None,
+            )),
+        }
+    }
+    fn from_text(text: &str) -> Result<Count, Problem> {
+        match template::integer_expression(text) {
+            Some(Ok(value)) => Count::from_int(value),
+            _ => Err((
+                format!("expected {}, found `{text}`", Self::EXPECTING),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "anyOf": [
+                { "type": "integer", "minimum": 1 },
+                { "type": "string", "description": "A template giving the count, e.g. \"{n}\"." }
             ]
         })
     }

@@ -63,6 +63,21 @@ pub struct LoadOptions {
     pub only: Vec<OnlyFilter>,
     /// `--set NAME=VALUE` param overrides, applied last. Each must name a declared param.
     pub set: BTreeMap<String, serde_json::Value>,
+    /// A testbed's adaptation: a declared param whose value is a number above its cap is lowered to the cap
+    /// (applied after the variant and `--set`), so a 2-core machine runs the paper's 30-s points for a few
+    /// seconds while the pipeline keeps the paper's values.
+    pub caps: BTreeMap<String, f64>,
+    /// A testbed's replacements: a declared param takes this value (after the variant and `--set`), e.g. the
+    /// latency definition that is sound where many connections share a client thread.
+    pub overrides: BTreeMap<String, serde_json::Value>,
+}
+
+/// One param a testbed cap lowered: shown by `plan`, recorded in the run manifest.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Adaptation {
+    pub param: String,
+    pub from: serde_json::Value,
+    pub to: serde_json::Value,
 }
 
 /// One `--only KEY=V1,V2`.
@@ -135,6 +150,8 @@ pub fn known_kinds() -> Vec<&'static str> {
 pub struct Loaded {
     pub pipeline: Pipeline,
     pub graph: Graph,
+    /// Params lowered by `LoadOptions::caps`, in declaration order.
+    pub adapted: Vec<Adaptation>,
 }
 
 /// Loads the pipeline file `entry` (relative paths resolve against `opts.root`): reads it and everything it
@@ -170,8 +187,18 @@ mod tests {
         assert_eq!(
             known_kinds(),
             [
-                "command", "group", "hls", "weave", "partials", "image", "program", "load",
-                "measure"
+                "command",
+                "group",
+                "hls",
+                "weave",
+                "partials",
+                "image",
+                "program",
+                "load",
+                "measure",
+                "aggregate",
+                "plot",
+                "check"
             ]
         );
     }

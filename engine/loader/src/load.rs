@@ -163,6 +163,8 @@ pub(crate) struct Loader<'o> {
     /// Errors repeated across instances: (position, message) → (index in `diags`, repeats).
     repeats: HashMap<(Loc, String), (usize, usize)>,
     pub entry: u32,
+    /// Params lowered by a testbed cap.
+    pub adapted: Vec<crate::Adaptation>,
 }
 
 impl<'o> Loader<'o> {
@@ -173,6 +175,7 @@ impl<'o> Loader<'o> {
             diags: Vec::new(),
             repeats: HashMap::new(),
             entry: 0,
+            adapted: Vec::new(),
         }
     }
 
@@ -434,6 +437,7 @@ impl<'o> Loader<'o> {
 
         let mut sweep = self.build_sweep(&doc, &tree, &mut params);
         self.apply_cli_params(&mut params, &sweep, &tree);
+        self.apply_caps(&mut params);
         self.analyse_params(&mut params, &sweep);
         let document_ok = self.diags.is_empty();
 
@@ -838,6 +842,57 @@ impl<'o> Loader<'o> {
                 from_cli: true,
                 from_set: false,
             });
+        }
+    }
+
+    /// Testbed adaptation: lowers each declared param holding a plain number above its cap, then replaces the
+    /// overridden ones. Params the pipeline does not declare are left alone: a testbed adapts values, it never
+    /// adds any.
+    fn apply_caps(&mut self, params: &mut Params) {
+        for (name, cap) in &self.opts.caps {
+            let Some(&i) = params.index.get(name) else {
+                continue;
+            };
+            let param = &mut params.list[i];
+            let (current, lowered) = match param.value.val {
+                Val::Int(v) if (v as f64) > *cap => {
+                    let to = if cap.fract() == 0.0 {
+                        Val::Int(*cap as i64)
+                    } else {
+                        Val::Float(*cap)
+                    };
+                    (serde_json::json!(v), to)
+                }
+                Val::Float(v) if v > *cap => (serde_json::json!(v), Val::Float(*cap)),
+                _ => continue,
+            };
+            let to = match lowered {
+                Val::Int(v) => serde_json::json!(v),
+                Val::Float(v) => serde_json::json!(v),
+                _ => serde_json::Value::Null,
+            };
+            param.value.val = lowered;
+            self.adapted.push(crate::Adaptation {
+                param: name.clone(),
+                from: current,
+                to,
+            });
+        }
+        for (name, value) in &self.opts.overrides {
+            let Some(&i) = params.index.get(name) else {
+                continue;
+            };
+            let param = &mut params.list[i];
+            let replacement = Node::from_json(value, param.value.loc);
+            if replacement.val == param.value.val {
+                continue;
+            }
+            self.adapted.push(crate::Adaptation {
+                param: name.clone(),
+                from: param.value.to_json(),
+                to: value.clone(),
+            });
+            param.value = replacement;
         }
     }
 
@@ -1867,7 +1922,11 @@ pub(crate) fn load(entry: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnosti
     };
     let mut loader = Loader::new(root, opts);
     match loader.run(entry) {
-        Some((pipeline, graph)) if loader.diags.is_empty() => Ok(Loaded { pipeline, graph }),
+        Some((pipeline, graph)) if loader.diags.is_empty() => Ok(Loaded {
+            pipeline,
+            graph,
+            adapted: loader.adapted,
+        }),
         _ => {
             let diagnostics = loader.finish();
             if diagnostics.is_empty() {

@@ -1278,3 +1278,69 @@ mod repository {
         assert_eq!(loaded.pipeline.targets["table"], ["table"]);
     }
 }
+
+mod testbed_adaptation {
+    use super::*;
+
+    const PIPELINE: &str = r#"
+pipeline: p
+params: {d: 30, skip: 10, latency: last_piece, small: 2, computed: "{d} - 1"}
+nodes:
+  a:
+    kind: command
+    run: "echo {d} {skip} {latency} {small} {computed}"
+"#;
+
+    #[test]
+    fn caps_lower_declared_numbers_and_overrides_replace_values() {
+        let project = one(PIPELINE);
+        let mut opts = project.opts();
+        opts.caps = [
+            ("d", 4.0),
+            ("skip", 1.0),
+            ("small", 5.0),
+            ("undeclared", 1.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        opts.overrides = [("latency".to_owned(), json!("from_send"))].into();
+        let loaded = project.load_with("pipelines/p.yaml", &opts);
+        let run = loaded.pipeline.nodes[0].config["run"].clone();
+        // A number above its cap is lowered, one below is kept, a computed param follows the lowered one.
+        assert_eq!(run, json!("echo 4 1 from_send 2 3"));
+        let lowered: Vec<(String, serde_json::Value, serde_json::Value)> = loaded
+            .adapted
+            .iter()
+            .map(|a| (a.param.clone(), a.from.clone(), a.to.clone()))
+            .collect();
+        assert_eq!(
+            lowered,
+            vec![
+                ("d".to_owned(), json!(30), json!(4)),
+                ("skip".to_owned(), json!(10), json!(1)),
+                (
+                    "latency".to_owned(),
+                    json!("last_piece"),
+                    json!("from_send")
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_variant_below_the_cap_is_kept() {
+        let project = one(&format!(
+            "{PIPELINE}variants:\n  smoke: {{params: {{d: 2}}}}\n"
+        ));
+        let mut opts = project.opts();
+        opts.variant = Some("smoke".to_owned());
+        opts.caps = [("d".to_owned(), 4.0)].into();
+        let loaded = project.load_with("pipelines/p.yaml", &opts);
+        assert_eq!(
+            loaded.pipeline.nodes[0].config["run"],
+            json!("echo 2 10 last_piece 2 1")
+        );
+        assert!(loaded.adapted.is_empty());
+    }
+}

@@ -84,6 +84,9 @@ pub struct RunManifest {
     pub command: Vec<String>,
     pub host: String,
     pub testbed: String,
+    /// The testbed profile as used: its kind, its adaptation of the paper's runs and the params it lowered.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub testbed_profile: serde_json::Value,
     pub git: Option<GitState>,
     pub started: String,
     /// Times this run directory was continued with `--resume`.
