@@ -3,14 +3,9 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Stdio};
 
-use crate::support::{Sandbox, copy_tree, text};
-
-fn repo() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+use crate::support::{Sandbox, copy_tree, repo, text};
 
 /// A project with the repository's hardware sources and fRAC pipelines.
 fn frac_project() -> Sandbox {
@@ -315,7 +310,7 @@ fn measurements_run_in_process_and_are_cached_by_key() {
     )
     .expect("json");
     assert!(summary["requests"].as_u64().unwrap_or(0) > 0, "{summary}");
-    assert_eq!(summary["source"]["device"], addr.as_str());
+    assert_eq!(summary["source"]["target"], addr.as_str());
     let console =
         std::fs::read_to_string(nodes.join("measure[m=4096]/console.log")).expect("console");
     assert!(console.contains("Total-Throughput"), "{console}");

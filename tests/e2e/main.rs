@@ -3,6 +3,7 @@
 mod support;
 
 mod demo;
+mod figures;
 mod fpga;
 mod kill;
 mod lock;

@@ -89,6 +89,11 @@ impl Rng {
 }
 
 /// Copies a directory tree (the repository's hw/ or pipelines/ into a sandbox).
+/// The repository's root (the e2e tests copy its pipelines and hardware sources).
+pub fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir").flatten() {

@@ -10,6 +10,9 @@ pub const BAD_INPUT: u8 = 2;
 pub const TESTBED_BUSY: u8 = 3;
 /// `cache verify` found corrupt entries or blobs.
 pub const CACHE_CORRUPT: u8 = 4;
+/// Every node succeeded, but at least one expectation (`check` node) failed: a result, listed in the summary
+/// and the report.
+pub const EXPECTATIONS_FAILED: u8 = 5;
 /// fracflow itself failed (I/O error on its own files).
 pub const INTERNAL: u8 = 70;
 /// Interrupted by SIGINT, SIGTERM or SIGHUP; completed nodes are kept.

@@ -10,6 +10,7 @@ mod reporter;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -17,6 +18,7 @@ use fracflow_core::graph::NodeIndex;
 use fracflow_core::plan::{Verdict, Why};
 use fracflow_core::{Cache, Cancel, Engine, Graph, RunDir, RunOptions, StatCache, TestbedLock};
 use fracflow_executors::Registry;
+use fracflow_executors::testbed::{Session, TestbedProfile};
 use fracflow_loader::{LoadOptions, Loaded};
 use fracflow_record::{RunManifest, RunStatus};
 
@@ -98,6 +100,17 @@ enum Command {
         testbed: String,
         #[arg(long)]
         json: bool,
+    },
+    /// Re-draw TARGET's figures from a run's stored tables, without measuring anything.
+    Plot {
+        #[command(flatten)]
+        select: Select,
+        /// The run directory (default: results/<pipeline>/latest).
+        #[arg(long, value_name = "RUN_DIR")]
+        run: Option<PathBuf>,
+        /// Where to write the figures (default: <RUN_DIR>/replot).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Print the DAG of TARGET.
     Graph {
@@ -209,12 +222,77 @@ struct Project {
     root: PathBuf,
     cache: Cache,
     stat: StatCache,
+    testbed: Option<Testbed>,
     kinds: Registry,
 }
 
+/// The testbed a command works on: its profile, and the session that drives its device during a run.
+struct Testbed {
+    name: String,
+    profile: TestbedProfile,
+    session: Arc<Session>,
+}
+
+impl Testbed {
+    fn open(root: &Path, name: &str) -> Result<Testbed, Failure> {
+        let profile = fracflow_executors::testbed::load_profile(root, name)
+            .map_err(|e| Failure::new(exit::BAD_INPUT, e))?;
+        Ok(Testbed {
+            name: name.to_owned(),
+            session: Arc::new(Session::new(name, profile.clone())),
+            profile,
+        })
+    }
+
+    /// The testbed fields that enter the keys of nodes touching the device.
+    fn fingerprint_fields(&self) -> BTreeMap<String, serde_json::Value> {
+        fracflow_executors::testbed::fingerprint_fields(&self.name, &self.profile)
+    }
+
+    /// The profile as used, for the manifest: kind, adaptation and the params it lowered.
+    fn as_used(&self, adapted: &[fracflow_loader::Adaptation]) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.profile.kind.as_str(),
+            "description": self.profile.description,
+            "adapt": self.profile.adapt,
+            "client_threads": self.profile.adapt.client_threads(),
+            "lowered_params": adapted,
+        })
+    }
+
+    /// What the testbed changes in a run, in words, one line each (empty when nothing).
+    fn adaptation_lines(&self, adapted: &[fracflow_loader::Adaptation]) -> Vec<String> {
+        let adapt = &self.profile.adapt;
+        let mut lines: Vec<String> = adapted
+            .iter()
+            .map(|a| format!("param {}: {} → {}", a.param, a.from, a.to))
+            .collect();
+        if let Some(threads) = adapt.client_threads() {
+            lines.push(format!(
+                "clients: at most {threads} thread(s) per client process; more clients become connections on them"
+            ));
+        }
+        if !adapt.pin {
+            lines.push("client threads are not pinned".to_owned());
+        }
+        lines.extend(adapt.notes.iter().cloned());
+        lines
+    }
+}
+
 impl Project {
-    fn open(cli_root: Option<&Path>, cli_cache: Option<&Path>) -> Result<Project, Failure> {
+    /// The project; with `testbed`, ready to run on that profile (its device starts only when a node needs it).
+    fn open(
+        cli_root: Option<&Path>,
+        cli_cache: Option<&Path>,
+        testbed: Option<&str>,
+    ) -> Result<Project, Failure> {
         let root = project::find_root(cli_root)?;
+        let testbed = testbed.map(|name| Testbed::open(&root, name)).transpose()?;
+        let kinds = match &testbed {
+            Some(t) => Registry::for_testbed(Arc::clone(&t.session)),
+            None => Registry::builtin(),
+        };
         let cache_dir = project::cache_dir(&root, cli_cache);
         let cache = Cache::open(&cache_dir).map_err(|e| {
             Failure::new(
@@ -227,8 +305,15 @@ impl Project {
             root,
             cache,
             stat,
-            kinds: Registry::builtin(),
+            testbed,
+            kinds,
         })
+    }
+
+    fn testbed(&self) -> Result<&Testbed, Failure> {
+        self.testbed
+            .as_ref()
+            .ok_or_else(|| internal("this command was opened without a testbed"))
     }
 
     fn engine(&self) -> Engine<'_> {
@@ -260,11 +345,18 @@ impl Project {
         } else {
             select.variant.clone()
         };
+        let (caps, overrides) = self
+            .testbed
+            .as_ref()
+            .map(|t| (t.profile.adapt.caps.clone(), t.profile.adapt.set.clone()))
+            .unwrap_or_default();
         let options = LoadOptions {
             root: self.root.clone(),
             variant,
             only,
             set,
+            caps,
+            overrides,
         };
         let loaded = fracflow_loader::load(&selection.file, &options)
             .map_err(|diagnostics| Failure::new(exit::BAD_INPUT, diagnostics.to_string()))?;
@@ -299,11 +391,19 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             resume,
             json,
         } => {
-            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let project = Project::open(
+                cli.root.as_deref(),
+                cli.cache.as_deref(),
+                Some(&select.testbed),
+            )?;
             run(&project, &select, jobs, keep_going, resume.as_deref(), json)
         }
         Command::Plan { select, json } => {
-            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let project = Project::open(
+                cli.root.as_deref(),
+                cli.cache.as_deref(),
+                Some(&select.testbed),
+            )?;
             plan(&project, &select, json)
         }
         Command::Why {
@@ -312,11 +412,23 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             testbed,
             json,
         } => {
-            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref(), Some(&testbed))?;
             why(&project, &node, pipeline.as_deref(), &testbed, json)
         }
+        Command::Plot { select, run, out } => {
+            let project = Project::open(
+                cli.root.as_deref(),
+                cli.cache.as_deref(),
+                Some(&select.testbed),
+            )?;
+            replot(&project, &select, run.as_deref(), out.as_deref())
+        }
         Command::Graph { select, format } => {
-            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let project = Project::open(
+                cli.root.as_deref(),
+                cli.cache.as_deref(),
+                Some(&select.testbed),
+            )?;
             let (loaded, targets) = project.load(&select)?;
             let closure = loaded.graph.closure(&targets);
             let text = match format {
@@ -348,7 +460,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Client { args } => client::run(args),
         Command::CpuServer(args) => device::cpu_server(args),
         Command::Cache { action } => {
-            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref())?;
+            let project = Project::open(cli.root.as_deref(), cli.cache.as_deref(), None)?;
             cache(&project, action)
         }
     }
@@ -377,7 +489,8 @@ fn run(
     json: bool,
 ) -> Result<u8, Failure> {
     let (loaded, targets) = project.load(select)?;
-    let (_profile, testbed_fields) = project::testbed(&project.root, &select.testbed)?;
+    let testbed = project.testbed()?;
+    let testbed_fields = testbed.fingerprint_fields();
     let command: Vec<String> = std::env::args().collect();
     let _lock = TestbedLock::acquire(&project::lock_dir(), &select.testbed, &command.join(" "))
         .map_err(|e| match e {
@@ -394,7 +507,12 @@ fn run(
     ] {
         signal_hook::flag::register(signal, cancel.flag()).map_err(internal)?;
     }
-    let meta = fracflow_executors::host::run_meta(&project.root, command, &select.testbed);
+    let meta = fracflow_executors::host::run_meta(
+        &project.root,
+        command,
+        &select.testbed,
+        testbed.as_used(&loaded.adapted),
+    );
     let results = project.root.join("results");
     let mut run_dir = match resume {
         Some(dir) => RunDir::resume(dir).map_err(|e| {
@@ -420,6 +538,11 @@ fn run(
         &cancel,
     )
     .map_err(internal)?;
+    // The emulated device lives as long as the run.
+    testbed.session.stop();
+    let report = fracflow_executors::report::write_run_report(run_dir.dir(), &project.cache)
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("writing the run report: {e}")))?;
+    let failed_expectations: Vec<_> = report.expectations.iter().filter(|e| !e.passed).collect();
     if !json {
         eprintln!(
             "{} built, {} cached, {} failed, {} skipped; results in {}",
@@ -439,8 +562,29 @@ fn run(
                 run_dir.log_path(node).display()
             );
         }
+        for figure in &report.figures {
+            eprintln!("figure: {}", shown(&project.root, figure));
+        }
+        if !report.expectations.is_empty() {
+            eprintln!(
+                "expectations ({} testbed): {} of {} hold",
+                select.testbed,
+                report.expectations.len() - failed_expectations.len(),
+                report.expectations.len()
+            );
+            for verdict in &report.expectations {
+                eprintln!(
+                    "  {} {}: {}",
+                    if verdict.passed { "pass" } else { "FAIL" },
+                    verdict.name,
+                    verdict.measured
+                );
+            }
+        }
+        eprintln!("report: {}", shown(&project.root, &report.path));
     }
     Ok(match summary.status {
+        RunStatus::Succeeded if !failed_expectations.is_empty() => exit::EXPECTATIONS_FAILED,
         RunStatus::Succeeded => exit::OK,
         RunStatus::Interrupted => {
             eprintln!(
@@ -450,6 +594,98 @@ fn run(
         }
         RunStatus::Failed | RunStatus::Running => exit::NODE_FAILED,
     })
+}
+
+/// A path relative to the project root when it lies inside it.
+fn shown(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// `fracflow plot`: every `plot` node TARGET needs, re-drawn from the tables its dependencies left in a run.
+fn replot(
+    project: &Project,
+    select: &Select,
+    run: Option<&Path>,
+    out: Option<&Path>,
+) -> Result<u8, Failure> {
+    let started = std::time::Instant::now();
+    let (loaded, targets) = project.load(select)?;
+    let run_dir = match run {
+        Some(dir) => dir.to_owned(),
+        None => project
+            .root
+            .join("results")
+            .join(&loaded.pipeline.name)
+            .join("latest"),
+    };
+    let manifest_path = run_dir.join("manifest.json");
+    let manifest: RunManifest = std::fs::read(&manifest_path)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            Failure::new(
+                exit::BAD_INPUT,
+                format!(
+                    "{}: {e} (run the pipeline first, or name a run with --run)",
+                    manifest_path.display()
+                ),
+            )
+        })?;
+    let out_dir = out.map_or_else(|| run_dir.join("replot"), Path::to_owned);
+    std::fs::create_dir_all(&out_dir).map_err(internal)?;
+    let provenance = fracflow_record::Provenance {
+        pipeline: manifest.pipeline.clone(),
+        run_id: manifest.run_id.clone(),
+        testbed: manifest.testbed.clone(),
+        testbed_kind: manifest.testbed_profile["kind"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_owned(),
+        host: manifest.host.clone(),
+        client: "embedded client".to_owned(),
+    };
+    let graph = &loaded.graph;
+    let mut drawn = 0;
+    for index in graph.closure(&targets) {
+        let spec = graph.spec(index);
+        if spec.kind != "plot" {
+            continue;
+        }
+        let dep_dirs: Vec<PathBuf> = graph
+            .dependencies(index)
+            .map(|d| {
+                run_dir
+                    .join("nodes")
+                    .join(fracflow_core::run::node_dir_name(&graph.spec(d).id))
+            })
+            .collect();
+        if let Some(missing) = dep_dirs.iter().find(|d| !d.is_dir()) {
+            return Err(Failure::new(
+                exit::BAD_INPUT,
+                format!(
+                    "node `{}`: the run {} has no outputs at {} (did that run finish?)",
+                    spec.id,
+                    run_dir.display(),
+                    missing.display()
+                ),
+            ));
+        }
+        let files = fracflow_executors::analysis::redraw(spec, &dep_dirs, &provenance, &out_dir)
+            .map_err(|e| Failure::new(exit::NODE_FAILED, format!("node `{}`: {e}", spec.id)))?;
+        for file in files {
+            println!("{}", shown(&project.root, &file));
+        }
+        drawn += 1;
+    }
+    eprintln!(
+        "re-drew {drawn} figure(s) from run {} in {:.2}s",
+        manifest.run_id,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(exit::OK)
 }
 
 fn human_seconds(seconds: f64) -> String {
@@ -481,8 +717,8 @@ fn human_bytes(bytes: u64) -> String {
 
 fn plan(project: &Project, select: &Select, json: bool) -> Result<u8, Failure> {
     let (loaded, targets) = project.load(select)?;
-    let (profile, testbed) = project::testbed(&project.root, &select.testbed)?;
-    let options = run_options(select, 1, false, testbed);
+    let testbed = project.testbed()?;
+    let options = run_options(select, 1, false, testbed.fingerprint_fields());
     let items = fracflow_core::plan::plan(project.engine(), &loaded.graph, &targets, &options);
     if json {
         for item in &items {
@@ -501,11 +737,21 @@ fn plan(project: &Project, select: &Select, json: bool) -> Result<u8, Failure> {
         "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached",
         loaded.pipeline.name,
         select.testbed,
-        profile.description,
+        testbed.profile.description,
         items.len(),
         to_run.len(),
         items.len() - to_run.len()
     );
+    let adaptation = testbed.adaptation_lines(&loaded.adapted);
+    if !adaptation.is_empty() {
+        println!(
+            "testbed `{}` adapts the paper's runs (recorded in the run manifest):",
+            select.testbed
+        );
+        for line in &adaptation {
+            println!("  - {line}");
+        }
+    }
     println!(
         "estimated time {}{}, estimated disk {}",
         human_seconds(seconds),
@@ -571,7 +817,7 @@ fn why(
             .map(|e| e.name)
             .collect(),
     };
-    let (_profile, testbed_fields) = project::testbed(&project.root, testbed)?;
+    let testbed_fields = project.testbed()?.fingerprint_fields();
     for name in candidates {
         let select = Select {
             target: name,

@@ -1,20 +1,8 @@
-//! Finding the project, the pipeline a name refers to, the cache and the testbed profile.
+//! Finding the project, the pipeline a name refers to, and the cache and lock directories.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
-
-/// A testbed profile from `hw/testbeds/<name>.yaml`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestbedProfile {
-    /// `emulated` or `real`.
-    pub kind: String,
-    #[serde(default)]
-    pub description: String,
-}
 
 /// The project root: `--root`, else `FRACFLOW_ROOT`, else the nearest ancestor of the current directory
 /// that holds a `pipelines/` folder.
@@ -119,26 +107,6 @@ pub fn resolve(root: &Path, name: &str) -> anyhow::Result<Selection> {
                 .join(", ")
         ),
     }
-}
-
-/// Loads `hw/testbeds/<name>.yaml`.
-pub fn testbed(
-    root: &Path,
-    name: &str,
-) -> anyhow::Result<(TestbedProfile, BTreeMap<String, serde_json::Value>)> {
-    let file = root
-        .join("hw")
-        .join("testbeds")
-        .join(format!("{name}.yaml"));
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("testbed profile {}", file.display()))?;
-    let profile: TestbedProfile =
-        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let fields = BTreeMap::from([
-        ("name".to_owned(), serde_json::json!(name)),
-        ("kind".to_owned(), serde_json::json!(profile.kind)),
-    ]);
-    Ok((profile, fields))
 }
 
 /// The cache directory: `--cache`, else `FRACFLOW_CACHE`, else `<root>/.fracflow/cache`.

@@ -62,6 +62,11 @@ fn dep_with<'a>(job: &'a Job<'_>, file: &str) -> Result<&'a Path, NodeError> {
     }
 }
 
+/// The path of `relative` (e.g. `icap/c00_f00.bin`) in the one dependency that produced it.
+pub(crate) fn dep_file(job: &Job<'_>, relative: &str) -> Result<PathBuf, NodeError> {
+    Ok(dep_with(job, relative)?.join(relative))
+}
+
 /// Every compiled unit among the dependencies.
 fn dep_units(job: &Job<'_>) -> Result<Vec<CompiledUnit>, NodeError> {
     job.inputs

@@ -1,11 +1,14 @@
 //! Node kinds of fracflow: one module per kind gluing tools to the core's `Executor` contract, and the one
 //! helper that spawns processes.
 
+pub mod analysis;
 pub mod command;
 pub mod fperf;
 pub mod fpga;
 pub mod measure;
 pub mod process;
+pub mod report;
+pub mod testbed;
 
 use std::collections::BTreeMap;
 
@@ -23,8 +26,17 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// The registry with every built-in kind.
+    /// The registry with every built-in kind and no testbed: measurements need a fixed `addr`.
     pub fn builtin() -> Registry {
+        Registry::with_session(None)
+    }
+
+    /// The registry for a run on a testbed: measurements drive the session's device.
+    pub fn for_testbed(session: std::sync::Arc<testbed::Session>) -> Registry {
+        Registry::with_session(Some(session))
+    }
+
+    fn with_session(session: Option<std::sync::Arc<testbed::Session>>) -> Registry {
         let mut kinds: BTreeMap<&'static str, Box<dyn Executor>> = BTreeMap::new();
         kinds.insert("command", Box::new(command::CommandKind));
         kinds.insert("group", Box::new(GroupKind));
@@ -34,7 +46,20 @@ impl Registry {
         kinds.insert("image", Box::new(fpga::ImageKind));
         kinds.insert("program", Box::new(fpga::ProgramKind));
         kinds.insert("load", Box::new(fpga::LoadKind));
-        kinds.insert("measure", Box::new(measure::MeasureKind));
+        kinds.insert(
+            "measure",
+            Box::new(measure::MeasureKind {
+                session: session.clone(),
+            }),
+        );
+        kinds.insert("aggregate", Box::new(analysis::AggregateKind));
+        kinds.insert(
+            "plot",
+            Box::new(analysis::PlotKind {
+                session: session.clone(),
+            }),
+        );
+        kinds.insert("check", Box::new(analysis::CheckKind { session }));
         Registry { kinds }
     }
 
@@ -103,12 +128,18 @@ pub mod host {
     }
 
     /// Run facts for a run started with `command` on `testbed`.
-    pub fn run_meta(root: &Path, command: Vec<String>, testbed: &str) -> RunMeta {
+    pub fn run_meta(
+        root: &Path,
+        command: Vec<String>,
+        testbed: &str,
+        testbed_profile: serde_json::Value,
+    ) -> RunMeta {
         RunMeta {
             engine_version: env!("CARGO_PKG_VERSION").to_owned(),
             command,
             host: name(),
             testbed: testbed.to_owned(),
+            testbed_profile,
             git: git_state(root),
         }
     }

@@ -1,0 +1,300 @@
+//! The analysis kinds — `aggregate`, `plot`, `check` — gluing fracflow-aggregate and fracflow-plot to the
+//! engine: which dependency outputs they read, what they publish, and where the figures say the numbers came from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fracflow_aggregate::{AggregateSpec, Expectation, PointSource};
+use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_plot::PlotSpec;
+use fracflow_record::{Cell, ExpectationResult, Provenance, Table};
+
+use crate::testbed::Session;
+
+/// The node's config as `T`, without the node-local `params` the loader adds beside the kind's keys.
+pub fn kind_config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
+    let object: serde_json::Map<String, serde_json::Value> = spec
+        .config
+        .iter()
+        .filter(|(k, _)| k.as_str() != "params")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::from_value(serde_json::Value::Object(object))
+        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
+}
+
+fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
+    NodeError::permanent(format!("node `{}`: {what}", spec.id))
+}
+
+fn info(version: u32) -> KindInfo {
+    KindInfo {
+        version,
+        tools: BTreeMap::new(),
+        cacheable: true,
+    }
+}
+
+/// A measured point's labels: its sweep point, then the labels its node declared (which win), as cells.
+fn point_labels(summary: &serde_json::Value) -> BTreeMap<String, Cell> {
+    let mut labels = BTreeMap::new();
+    for key in ["point", "labels"] {
+        if let Some(map) = summary.get(key).and_then(|v| v.as_object()) {
+            for (name, value) in map {
+                labels.insert(name.clone(), cell(value));
+            }
+        }
+    }
+    labels
+}
+
+fn cell(value: &serde_json::Value) -> Cell {
+    match value {
+        serde_json::Value::Number(n) => n.as_f64().map_or(Cell::Null, Cell::Num),
+        serde_json::Value::String(text) => match text.trim().parse::<f64>() {
+            Ok(number) => Cell::Num(number),
+            Err(_) => Cell::Text(text.clone()),
+        },
+        serde_json::Value::Bool(b) => Cell::Num(f64::from(u8::from(*b))),
+        serde_json::Value::Null => Cell::Null,
+        other => Cell::Text(other.to_string()),
+    }
+}
+
+/// `aggregate`: every dependency with a measurement `summary.json` is a point.
+#[derive(Debug, Default)]
+pub struct AggregateKind;
+
+impl Executor for AggregateKind {
+    fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        kind_config::<AggregateSpec>(spec)?;
+        Ok(info(1))
+    }
+
+    fn describe(&self, spec: &NodeSpec) -> String {
+        format!(
+            "aggregate {} measured points ({})",
+            spec.deps.len(),
+            spec.config
+                .get("stats")
+                .and_then(|v| v.as_str())
+                .unwrap_or("?")
+        )
+    }
+
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        let spec: AggregateSpec = kind_config(job.spec)?;
+        let mut points = Vec::new();
+        for dir in job.inputs.values() {
+            let summary = dir.join("summary.json");
+            if !summary.is_file() {
+                continue;
+            }
+            let text = std::fs::read_to_string(&summary)
+                .map_err(|e| failed(job.spec, format!("{}: {e}", summary.display())))?;
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| failed(job.spec, format!("{}: {e}", summary.display())))?;
+            let labels = point_labels(&value);
+            let members = value["members"].as_array().map_or(&[][..], Vec::as_slice);
+            let labelled: Vec<&serde_json::Map<String, serde_json::Value>> = members
+                .iter()
+                .filter_map(|m| m["labels"].as_object())
+                .collect();
+            if members.len() > 1 && labelled.len() == members.len() {
+                // Client processes that ran at once with labels of their own: one point each.
+                for (member, own) in labelled.into_iter().enumerate() {
+                    let mut labels = labels.clone();
+                    labels.extend(own.iter().map(|(k, v)| (k.clone(), cell(v))));
+                    points.push(PointSource {
+                        labels,
+                        dir: dir.clone(),
+                        member: Some(member as u64),
+                    });
+                }
+            } else {
+                points.push(PointSource {
+                    labels,
+                    dir: dir.clone(),
+                    member: None,
+                });
+            }
+        }
+        if points.is_empty() {
+            return Err(failed(
+                job.spec,
+                "no dependency is a measurement (no summary.json among the deps' outputs)",
+            ));
+        }
+        let aggregated = fracflow_aggregate::aggregate(&spec, &points, job.out_dir)
+            .map_err(|e| failed(job.spec, e))?;
+        let rows: usize = aggregated.tables.values().map(|t| t.rows.len()).sum();
+        let metrics = BTreeMap::from([
+            ("points".to_owned(), serde_json::json!(points.len())),
+            ("rows".to_owned(), serde_json::json!(rows)),
+        ]);
+        Ok(Outcome { metrics })
+    }
+}
+
+/// Every table (`NAME.parquet`, else `NAME.csv`) in the dependencies' outputs, by name.
+fn dependency_tables(job: &Job<'_>) -> Result<BTreeMap<String, Table>, NodeError> {
+    tables_in(job.inputs.values().map(PathBuf::as_path)).map_err(|e| failed(job.spec, e))
+}
+
+/// Every table in `dirs`: `NAME.parquet` (or `NAME.csv` when there is no Parquet twin).
+pub fn tables_in<'a>(
+    dirs: impl Iterator<Item = &'a Path>,
+) -> Result<BTreeMap<String, Table>, String> {
+    let mut tables = BTreeMap::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for path in files {
+            let (Some(stem), Some(ext)) = (
+                path.file_stem().and_then(|s| s.to_str()),
+                path.extension().and_then(|s| s.to_str()),
+            ) else {
+                continue;
+            };
+            let twin_parquet = path.with_extension("parquet");
+            let wanted = ext == "parquet" || (ext == "csv" && !twin_parquet.is_file());
+            if wanted {
+                let table = fracflow_aggregate::read_table(&path).map_err(|e| e.to_string())?;
+                tables.insert(stem.to_owned(), table);
+            }
+        }
+    }
+    Ok(tables)
+}
+
+/// Where the figure's numbers came from: the testbed and host of the measurements, and the run that drew it.
+fn provenance(job: &Job<'_>, session: Option<&Session>) -> Provenance {
+    let (testbed, kind) = match session {
+        Some(s) => (s.name().to_owned(), s.profile().kind.as_str().to_owned()),
+        None => (job.run.testbed.clone(), "unknown".to_owned()),
+    };
+    Provenance {
+        pipeline: job.run.pipeline.clone(),
+        run_id: job.run.run_id.clone(),
+        testbed,
+        testbed_kind: kind,
+        host: crate::host::name(),
+        client: "embedded client".to_owned(),
+    }
+}
+
+/// `plot`: one figure from the dependencies' tables.
+#[derive(Debug, Default)]
+pub struct PlotKind {
+    pub session: Option<Arc<Session>>,
+}
+
+impl Executor for PlotKind {
+    fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        kind_config::<PlotSpec>(spec)?;
+        Ok(info(1))
+    }
+
+    fn describe(&self, spec: &NodeSpec) -> String {
+        match kind_config::<PlotSpec>(spec) {
+            Ok(plot) => format!("draw {}", fracflow_plot::figure_files(&plot).join(", ")),
+            Err(e) => format!("<{e}>"),
+        }
+    }
+
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        let plot: PlotSpec = kind_config(job.spec)?;
+        let tables = dependency_tables(job)?;
+        let provenance = provenance(job, self.session.as_deref());
+        fracflow_plot::draw(&plot, &tables, &provenance, job.out_dir)
+            .map_err(|e| failed(job.spec, e))?;
+        Ok(Outcome::default())
+    }
+}
+
+/// Re-draws the figure of `plot` node `spec` from the tables in `dep_dirs` (its dependencies' outputs in a run
+/// directory) into `out_dir`, without running anything else.
+pub fn redraw(
+    spec: &NodeSpec,
+    dep_dirs: &[PathBuf],
+    provenance: &Provenance,
+    out_dir: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    let plot: PlotSpec = kind_config(spec).map_err(|e| e.message)?;
+    let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
+    fracflow_plot::draw(&plot, &tables, provenance, out_dir).map_err(|e| e.to_string())
+}
+
+/// The check node's config: claims per testbed kind or profile name.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckConfig {
+    expect: BTreeMap<String, Vec<Expectation>>,
+}
+
+/// `check`: evaluates the claims for this testbed and writes `expectations.json`; failures are results.
+#[derive(Debug, Default)]
+pub struct CheckKind {
+    pub session: Option<Arc<Session>>,
+}
+
+impl CheckKind {
+    /// The claims that apply on this testbed: those under its profile name, else those under its kind.
+    fn applicable<'c>(&self, config: &'c CheckConfig) -> &'c [Expectation] {
+        let (name, kind) = match &self.session {
+            Some(s) => (s.name(), s.profile().kind.as_str()),
+            None => ("", "emulated"),
+        };
+        config
+            .expect
+            .get(name)
+            .or_else(|| config.expect.get(kind))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// File the check kind writes; the report and the run summary read it.
+pub const EXPECTATIONS_FILE: &str = "expectations.json";
+
+impl Executor for CheckKind {
+    fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        kind_config::<CheckConfig>(spec)?;
+        // The verdicts depend on which testbed's claims apply.
+        let mut info = info(1);
+        if let Some(session) = &self.session {
+            info.tools
+                .insert("testbed".to_owned(), session.name().to_owned());
+        }
+        Ok(info)
+    }
+
+    fn describe(&self, spec: &NodeSpec) -> String {
+        match kind_config::<CheckConfig>(spec) {
+            Ok(config) => format!("check {} expectations", self.applicable(&config).len()),
+            Err(e) => format!("<{e}>"),
+        }
+    }
+
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        let config: CheckConfig = kind_config(job.spec)?;
+        let tables = dependency_tables(job)?;
+        let results: Vec<ExpectationResult> =
+            fracflow_aggregate::evaluate(self.applicable(&config), &tables);
+        let failed_count = results.iter().filter(|r| !r.passed).count();
+        let text = serde_json::to_string_pretty(&results).map_err(|e| failed(job.spec, e))?;
+        std::fs::write(job.out_dir.join(EXPECTATIONS_FILE), text)
+            .map_err(|e| failed(job.spec, e))?;
+        let metrics = BTreeMap::from([
+            ("expectations".to_owned(), serde_json::json!(results.len())),
+            (
+                "expectations_failed".to_owned(),
+                serde_json::json!(failed_count),
+            ),
+        ]);
+        Ok(Outcome { metrics })
+    }
+}

@@ -1,0 +1,185 @@
+//! A run's report page, assembled from its run directory: the manifest's nodes, the figures the `plot` nodes
+//! drew, the `aggregate` tables, the `check` verdicts, and where every number came from (testbed, host, client,
+//! git commit, tool versions, the image and partials the device held).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fracflow_core::Cache;
+use fracflow_core::run::node_dir_name;
+use fracflow_plot::report::{Report, ReportFigure, ReportNode, ReportTable, write_report};
+use fracflow_record::{ExpectationResult, Provenance, RunManifest};
+
+use crate::analysis::EXPECTATIONS_FILE;
+
+/// The page's file name in the run directory.
+pub const REPORT_FILE: &str = "report.html";
+
+/// What the report found, for the run's closing lines.
+#[derive(Debug, Clone, Default)]
+pub struct ReportSummary {
+    pub path: PathBuf,
+    pub figures: Vec<PathBuf>,
+    pub expectations: Vec<ExpectationResult>,
+}
+
+/// Writes `<run_dir>/report.html` for the run whose manifest is in `run_dir`; `cache` supplies the tool versions
+/// recorded in each node's fingerprint.
+pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, String> {
+    let manifest_path = run_dir.join("manifest.json");
+    let manifest: RunManifest = std::fs::read(&manifest_path)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let node_dir = |id: &str| PathBuf::from("nodes").join(node_dir_name(id));
+    let relative = |path: PathBuf| path.to_string_lossy().into_owned();
+
+    let mut summary = ReportSummary {
+        path: run_dir.join(REPORT_FILE),
+        ..ReportSummary::default()
+    };
+    let mut figures = Vec::new();
+    let mut tables = Vec::new();
+    let mut build: Vec<(String, String)> = Vec::new();
+    let mut tools: BTreeMap<String, String> = BTreeMap::new();
+    let mut device: BTreeMap<String, String> = BTreeMap::new();
+    let mut clients: Vec<String> = Vec::new();
+    for (id, record) in &manifest.nodes {
+        let dir = node_dir(id);
+        if let Some(entry) = record.key.as_deref().and_then(|key| cache.get(key)) {
+            for (tool, version) in entry.fingerprint.tools {
+                tools.entry(tool).or_insert(version);
+            }
+        }
+        match record.kind.as_str() {
+            "plot" => {
+                for name in record.outputs.keys().filter(|n| n.ends_with(".svg")) {
+                    let stem = name.trim_end_matches(".svg");
+                    let with = |ext: &str| {
+                        let file = format!("{stem}.{ext}");
+                        record
+                            .outputs
+                            .contains_key(&file)
+                            .then(|| relative(dir.join(&file)))
+                    };
+                    summary.figures.push(run_dir.join(dir.join(name)));
+                    figures.push(ReportFigure {
+                        caption: format!("{stem} (node {id})"),
+                        svg: relative(dir.join(name)),
+                        png: with("png").unwrap_or_default(),
+                        pdf: with("pdf"),
+                    });
+                }
+            }
+            "aggregate" => {
+                for name in record.outputs.keys().filter(|n| n.ends_with(".csv")) {
+                    let path = run_dir.join(dir.join(name));
+                    let table = fracflow_aggregate::read_table(&path)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    tables.push(ReportTable {
+                        name: format!("{id}: {}", name.trim_end_matches(".csv")),
+                        table,
+                        csv: relative(dir.join(name)),
+                    });
+                }
+            }
+            "check" => {
+                let path = run_dir.join(dir.join(EXPECTATIONS_FILE));
+                if let Ok(bytes) = std::fs::read(&path) {
+                    let verdicts: Vec<ExpectationResult> = serde_json::from_slice(&bytes)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    summary.expectations.extend(verdicts);
+                }
+            }
+            "measure" => {
+                let path = run_dir.join(dir.join("summary.json"));
+                if let Ok(bytes) = std::fs::read(&path)
+                    && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
+                {
+                    for action in value["device"].as_array().into_iter().flatten() {
+                        if let (Some(file), Some(sha)) =
+                            (action["file"].as_str(), action["sha"].as_str())
+                        {
+                            device.insert(file.to_owned(), sha.to_owned());
+                        }
+                    }
+                    let source = &value["source"];
+                    let client = format!(
+                        "{} against the {}",
+                        source["client"].as_str().unwrap_or("client"),
+                        source["against"].as_str().unwrap_or("device")
+                    );
+                    if !clients.contains(&client) {
+                        clients.push(client);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(git) = &manifest.git {
+        build.push((
+            "git commit".to_owned(),
+            format!(
+                "{}{}",
+                git.commit,
+                if git.dirty {
+                    " (with uncommitted changes)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    build.push((
+        "fracflow".to_owned(),
+        format!(
+            "{} ({})",
+            manifest.engine_version,
+            manifest.command.join(" ")
+        ),
+    ));
+    build.push((
+        "testbed".to_owned(),
+        format!("{} {}", manifest.testbed, manifest.testbed_profile),
+    ));
+    for (tool, version) in tools {
+        build.push((format!("tool {tool}"), version));
+    }
+    for (file, sha) in device {
+        build.push((format!("device held {file}"), format!("blake3 {sha}")));
+    }
+    let testbed_kind = manifest.testbed_profile["kind"]
+        .as_str()
+        .unwrap_or("unknown")
+        .to_owned();
+    let nodes = manifest
+        .nodes
+        .iter()
+        .map(|(id, record)| ReportNode {
+            id: id.clone(),
+            kind: record.kind.clone(),
+            status: record.status,
+            seconds: record.seconds,
+            log: record.log.clone(),
+        })
+        .collect();
+    let report = Report {
+        provenance: Provenance {
+            pipeline: manifest.pipeline.clone(),
+            run_id: manifest.run_id.clone(),
+            testbed: manifest.testbed.clone(),
+            testbed_kind,
+            host: manifest.host.clone(),
+            client: clients.join("; "),
+        },
+        title: format!("{} — run {}", manifest.pipeline, manifest.run_id),
+        figures,
+        tables,
+        expectations: summary.expectations.clone(),
+        build,
+        nodes,
+    };
+    write_report(&report, &summary.path).map_err(|e| format!("{}: {e}", summary.path.display()))?;
+    Ok(summary)
+}

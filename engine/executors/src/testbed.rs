@@ -1,0 +1,391 @@
+//! Testbed profiles (`hw/testbeds/<name>.yaml`) and the session a run holds on one: the device it drives, started
+//! on first use when the testbed is emulated, and what that device holds now, so each measurement programs and
+//! loads only what differs from the state it needs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use fracflow_core::NodeError;
+use serde::{Deserialize, Serialize};
+
+/// A testbed profile as written in `hw/testbeds/<name>.yaml`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TestbedProfile {
+    /// `emulated` (the embedded device on this machine) or `real` (a board).
+    pub kind: TestbedKind,
+    #[serde(default)]
+    pub description: String,
+    /// The device: on an emulated testbed it is started by the run; a real one is reached at `addr`.
+    #[serde(default)]
+    pub device: DeviceProfile,
+    /// What this machine cannot do as the paper did, and how the runs are adapted instead.
+    #[serde(default)]
+    pub adapt: Adaptation,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TestbedKind {
+    Emulated,
+    Real,
+}
+
+impl TestbedKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestbedKind::Emulated => "emulated",
+            TestbedKind::Real => "real",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    /// `HOST:PORT` of the device's data port. Emulated: where to start it (default `127.0.0.1:0`, a free
+    /// loopback port). Real: the board.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+}
+
+/// A testbed's adaptation of the paper's runs.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Adaptation {
+    /// Param caps: a pipeline param above its cap is lowered to it (`d: 4` shortens 30-s points to 4 s).
+    #[serde(default)]
+    pub caps: BTreeMap<String, f64>,
+    /// Param replacements: a pipeline param of that name takes this value on this testbed.
+    #[serde(default)]
+    pub set: BTreeMap<String, serde_json::Value>,
+    /// Client threads at most per client process: `-n N` clients become `N` connections spread over this many
+    /// threads (`cores` = the machine's core count). Absent: one thread per client, as fperf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_threads: Option<ThreadLimit>,
+    /// Pin client threads to cores (`-S`); off where the clients share two cores with the device.
+    #[serde(default = "yes")]
+    pub pin: bool,
+    /// Why, in words: shown by `plan` and kept in the manifest.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Adaptation {
+    /// No adaptation: the paper's values, one pinned thread per client.
+    fn default() -> Adaptation {
+        Adaptation {
+            caps: BTreeMap::new(),
+            set: BTreeMap::new(),
+            client_threads: None,
+            pin: true,
+            notes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum ThreadLimit {
+    Count(u32),
+    Named(CoresKeyword),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CoresKeyword {
+    Cores,
+}
+
+impl Adaptation {
+    /// The thread limit as a number on this machine.
+    pub fn client_threads(&self) -> Option<u32> {
+        self.client_threads.map(|limit| match limit {
+            ThreadLimit::Count(n) => n.max(1),
+            ThreadLimit::Named(CoresKeyword::Cores) => std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1),
+        })
+    }
+
+    /// Rewrites a client's `-n THREADS -C CONNS` so at most `client_threads` threads carry the same number of
+    /// connections; unpins when the profile says so. Returns a note of what changed, if anything.
+    pub fn apply(&self, client: &mut fracflow_client::ClientConfig) -> Option<String> {
+        let mut changes = Vec::new();
+        if let Some(limit) = self.client_threads() {
+            let clients = client.threads * client.conns_per_thread;
+            // The most threads ≤ limit that divide the client count evenly, so every thread carries as
+            // many connections as the next and the total stays exactly the paper's.
+            let threads = (1..=limit.min(client.threads))
+                .rev()
+                .find(|t| client.threads.is_multiple_of(*t))
+                .unwrap_or(1);
+            if threads != client.threads {
+                client.conns_per_thread = clients / threads;
+                changes.push(format!(
+                    "{} clients as {} thread(s) × {} connection(s)",
+                    clients, threads, client.conns_per_thread
+                ));
+                client.threads = threads;
+                // A polling thread records "last piece written" when its loop gets there, not when the bytes
+                // left: with several connections per thread only the send time is sound.
+                if client.console_latency_override.is_none() {
+                    client.console_latency_override = Some(fracflow_client::LatencyDef::FromSend);
+                    changes.push("per-second lines report the latency from the send".to_owned());
+                }
+            }
+        }
+        if !self.pin && client.start_cpu.is_some() {
+            client.start_cpu = None;
+            changes.push("threads not pinned".to_owned());
+        }
+        (!changes.is_empty()).then(|| changes.join(", "))
+    }
+}
+
+/// Reads `hw/testbeds/<name>.yaml` under `root`.
+pub fn load_profile(root: &Path, name: &str) -> Result<TestbedProfile, String> {
+    let file = root
+        .join("hw")
+        .join("testbeds")
+        .join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        let known = known_profiles(root);
+        format!(
+            "testbed profile {}: {e}{}",
+            file.display(),
+            if known.is_empty() {
+                String::new()
+            } else {
+                format!(" (known: {})", known.join(", "))
+            }
+        )
+    })?;
+    serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Profile names under `hw/testbeds/`.
+pub fn known_profiles(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("hw").join("testbeds"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".yaml"))
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The fields of a testbed that change measured results: they enter the key of every node that touches the
+/// device or a host. The device's address does not (an emulated device gets a new port every run).
+pub fn fingerprint_fields(
+    name: &str,
+    profile: &TestbedProfile,
+) -> BTreeMap<String, serde_json::Value> {
+    let mut fields = BTreeMap::from([
+        ("name".to_owned(), serde_json::json!(name)),
+        ("kind".to_owned(), serde_json::json!(profile.kind.as_str())),
+    ]);
+    if let Some(threads) = profile.adapt.client_threads() {
+        fields.insert("client_threads".to_owned(), serde_json::json!(threads));
+    }
+    fields.insert("pin".to_owned(), serde_json::json!(profile.adapt.pin));
+    fields
+}
+
+/// What a measurement needs the device to hold: a full image and partials in some slots.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    pub image: Option<PathBuf>,
+    pub slots: BTreeMap<u8, PathBuf>,
+}
+
+/// One thing the session did to the device, for the node's log and its summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceAction {
+    pub action: String,
+    pub file: String,
+    pub sha: String,
+}
+
+/// Holds the run's device: started on first use (emulated), programmed and loaded as measurements require.
+#[derive(Debug)]
+pub struct Session {
+    name: String,
+    profile: TestbedProfile,
+    device: Mutex<DeviceHold>,
+}
+
+#[derive(Debug, Default)]
+struct DeviceHold {
+    started: Option<fracflow_emulator::RunningDevice>,
+    /// Content hash of the programmed image; programming clears the slots.
+    image: Option<String>,
+    slots: BTreeMap<u8, String>,
+}
+
+impl Session {
+    pub fn new(name: &str, profile: TestbedProfile) -> Session {
+        Session {
+            name: name.to_owned(),
+            profile,
+            device: Mutex::new(DeviceHold::default()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn profile(&self) -> &TestbedProfile {
+        &self.profile
+    }
+
+    /// Brings the device to `want` (programming when the image differs, loading each slot whose partial
+    /// differs) and returns its data address. The caller holds the device resource, so nothing else changes
+    /// the device meanwhile.
+    pub fn prepare(
+        &self,
+        want: &DeviceState,
+        actions: &mut Vec<DeviceAction>,
+    ) -> Result<SocketAddr, NodeError> {
+        let mut hold = self
+            .device
+            .lock()
+            .map_err(|_| NodeError::permanent("the device session was poisoned by a crash"))?;
+        let addr = self.address(&mut hold)?;
+        if let Some(image) = &want.image {
+            let sha = fracflow_core::statcache::hash_file(image)
+                .map_err(|e| NodeError::permanent(format!("{}: {e}", image.display())))?;
+            if hold.image.as_deref() != Some(sha.as_str()) {
+                if self.profile.kind == TestbedKind::Real {
+                    // A board is programmed by its `program` node (programfpga.sh, then ping); a measurement
+                    // only checks it is there.
+                    return Err(NodeError::permanent(format!(
+                        "testbed `{}` is real: program the board with a `program` node before measuring",
+                        self.name
+                    )));
+                }
+                fracflow_emulator::program(addr, image).map_err(|e| {
+                    NodeError::transient(format!("programming the device at {addr}: {e}"))
+                })?;
+                hold.image = Some(sha.clone());
+                hold.slots.clear();
+                actions.push(DeviceAction {
+                    action: "program".to_owned(),
+                    file: file_name(image),
+                    sha,
+                });
+            }
+        }
+        for (slot, partial) in &want.slots {
+            let sha = fracflow_core::statcache::hash_file(partial)
+                .map_err(|e| NodeError::permanent(format!("{}: {e}", partial.display())))?;
+            if hold.slots.get(slot) == Some(&sha) {
+                continue;
+            }
+            fracflow_emulator::load_partial(
+                addr,
+                *slot,
+                partial,
+                DEFAULT_CHUNK_SIZE,
+                DEFAULT_HBM_ADDR,
+            )
+            .map_err(|e| {
+                NodeError::permanent(format!(
+                    "loading {} into slot {slot} of {addr}: {e}",
+                    partial.display()
+                ))
+            })?;
+            hold.slots.insert(*slot, sha.clone());
+            actions.push(DeviceAction {
+                action: format!("load slot {slot}"),
+                file: file_name(partial),
+                sha,
+            });
+        }
+        Ok(addr)
+    }
+
+    /// The device's data address, starting the emulated device on first use.
+    fn address(&self, hold: &mut DeviceHold) -> Result<SocketAddr, NodeError> {
+        if let Some(device) = &hold.started {
+            return Ok(device.addr());
+        }
+        let configured = self.profile.device.addr.as_deref();
+        match self.profile.kind {
+            TestbedKind::Emulated => {
+                let listen = configured.unwrap_or("127.0.0.1:0");
+                let listen: SocketAddr = listen.parse().map_err(|e| {
+                    NodeError::permanent(format!(
+                        "testbed `{}`: device.addr `{listen}`: {e}",
+                        self.name
+                    ))
+                })?;
+                let device = fracflow_emulator::Device::start(listen, None).map_err(|e| {
+                    NodeError::permanent(format!(
+                        "testbed `{}`: starting the emulated device on {listen}: {e}",
+                        self.name
+                    ))
+                })?;
+                let addr = device.addr();
+                hold.started = Some(device);
+                Ok(addr)
+            }
+            TestbedKind::Real => {
+                let text = configured.ok_or_else(|| {
+                    NodeError::permanent(format!(
+                        "testbed `{}` is real but names no device.addr",
+                        self.name
+                    ))
+                })?;
+                use std::net::ToSocketAddrs;
+                text.to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| {
+                        NodeError::permanent(format!(
+                            "testbed `{}`: device.addr `{text}` does not resolve",
+                            self.name
+                        ))
+                    })
+            }
+        }
+    }
+
+    /// Stops an emulated device this session started.
+    pub fn stop(&self) {
+        if let Ok(mut hold) = self.device.lock()
+            && let Some(device) = hold.started.take()
+        {
+            device.stop();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// `reconfslots`' defaults: 256-byte chunks staged at HBM 0x10004000 (frac-artifact.md §6.1).
+const DEFAULT_CHUNK_SIZE: usize = 256;
+const DEFAULT_HBM_ADDR: u64 = 0x1000_4000;
