@@ -9,4 +9,5 @@ mod kill;
 mod lock;
 mod plan_why;
 mod realflow;
+mod testbed;
 mod tidy;

@@ -135,6 +135,11 @@ enum Command {
         #[command(subcommand)]
         action: device::DeviceCommand,
     },
+    /// What a testbed profile needs, checked without touching the board.
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
     /// Inspect or clean the cache.
     Cache {
         #[command(subcommand)]
@@ -151,6 +156,16 @@ enum CacheAction {
         /// How many of each pipeline's newest runs keep their entries.
         #[arg(long, default_value_t = 5)]
         keep_runs: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TestbedAction {
+    /// List what is missing or unreachable (tools, NIC address, ping, sudo, ssh to the server host).
+    Check {
+        /// Testbed profile from hw/testbeds/.
+        #[arg(long, default_value = "emulated")]
+        testbed: String,
     },
 }
 
@@ -459,6 +474,35 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Device { action } => device::run(action),
         Command::Client { args } => client::run(args),
         Command::CpuServer(args) => device::cpu_server(args),
+        Command::Testbed {
+            action: TestbedAction::Check { testbed },
+        } => {
+            let root = project::find_root(cli.root.as_deref())?;
+            let bed = Testbed::open(&root, &testbed)?;
+            let findings = fracflow_executors::testbed::check(&root, &bed.name, &bed.profile);
+            println!(
+                "testbed `{}` ({}): {}",
+                bed.name,
+                bed.profile.kind.as_str(),
+                bed.profile.description
+            );
+            for finding in &findings {
+                println!(
+                    "  {:<7} {}: {}",
+                    if finding.ready { "ok" } else { "MISSING" },
+                    finding.what,
+                    finding.detail
+                );
+            }
+            let missing = findings.iter().filter(|f| !f.ready).count();
+            if missing == 0 {
+                println!("ready");
+                Ok(exit::OK)
+            } else {
+                println!("{missing} thing(s) missing or unreachable");
+                Ok(exit::NODE_FAILED)
+            }
+        }
         Command::Cache { action } => {
             let project = Project::open(cli.root.as_deref(), cli.cache.as_deref(), None)?;
             cache(&project, action)

@@ -24,6 +24,95 @@ pub struct TestbedProfile {
     /// What this machine cannot do as the paper did, and how the runs are adapted instead.
     #[serde(default)]
     pub adapt: Adaptation,
+    /// A real board: how it is programmed and how the run knows it is up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board: Option<BoardProfile>,
+    /// The client host: where its threads start, and the real fperf when the profile uses it.
+    #[serde(default)]
+    pub client: ClientProfile,
+    /// The host of the CPU baseline server (absent: this host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerProfile>,
+    /// How root is obtained for DPDK and programming (`sudo`, `sudo -n`, or empty when running as root).
+    #[serde(default = "default_sudo")]
+    pub sudo: String,
+}
+
+fn default_sudo() -> String {
+    "sudo".to_owned()
+}
+
+/// How a real board is programmed and reached (frac-artifact.md §6.1, §8).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BoardProfile {
+    /// The JTAG target (`HW_TARGET`); empty: the first one.
+    #[serde(default)]
+    pub jtag: String,
+    /// `VIVADO_ROOT` for the programming script; empty: `vivado` on PATH.
+    #[serde(default)]
+    pub vivado_root: String,
+    /// The programming script, relative to the project root.
+    #[serde(default = "default_programfpga")]
+    pub programfpga: String,
+    /// The client NIC facing the board; empty: the one `ip route get` picks for the board's address.
+    #[serde(default)]
+    pub nic: String,
+    /// Seconds to wait after the board answers ping.
+    #[serde(default = "default_settle")]
+    pub settle_s: f64,
+    /// Seconds to wait for the NIC address and the board's ping after programming.
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout_s: f64,
+}
+
+fn default_programfpga() -> String {
+    "scripts/programfpga.sh".to_owned()
+}
+fn default_settle() -> f64 {
+    10.0
+}
+fn default_ready_timeout() -> f64 {
+    90.0
+}
+
+/// The client host's settings.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientProfile {
+    /// First core for client threads (`-S`).
+    #[serde(default)]
+    pub start_cpu: u32,
+    /// The real fperf's `tpa` launcher and binary; when `fperf` is set, measurements use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpa: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fperf: Option<String>,
+    /// `TPA_CFG` for fperf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpa_cfg: Option<String>,
+}
+
+/// The CPU baseline server's host.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerProfile {
+    /// ssh destination (`user@host`).
+    pub host: String,
+    /// The address clients connect to.
+    pub addr: String,
+    #[serde(default = "default_server_port")]
+    pub port: u16,
+    #[serde(default)]
+    pub nic: String,
+    #[serde(default = "default_sudo")]
+    pub sudo: String,
+    #[serde(default)]
+    pub start_cpu: u32,
+}
+
+fn default_server_port() -> u16 {
+    4096
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -389,3 +478,237 @@ fn file_name(path: &Path) -> String {
 /// `reconfslots`' defaults: 256-byte chunks staged at HBM 0x10004000 (frac-artifact.md §6.1).
 const DEFAULT_CHUNK_SIZE: usize = 256;
 const DEFAULT_HBM_ADDR: u64 = 0x1000_4000;
+
+/// One line of `fracflow testbed check`: what was looked at, whether it is ready, and what was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub what: String,
+    pub ready: bool,
+    pub detail: String,
+}
+
+impl Finding {
+    fn new(what: impl Into<String>, ready: bool, detail: impl Into<String>) -> Finding {
+        Finding {
+            what: what.into(),
+            ready,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Runs `program args`, bounded by the tool's own timeout flags; (exit 0, combined output) or why it could not run.
+fn probe(program: &str, args: &[&str]) -> Result<(bool, String), String> {
+    duct::cmd(program, args)
+        .stderr_to_stdout()
+        .stdout_capture()
+        .unchecked()
+        .run()
+        .map(|out| {
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            )
+        })
+        .map_err(|e| format!("cannot run {program}: {e}"))
+}
+
+/// Whether `program` is an executable file or a command on PATH.
+fn on_path(program: &str) -> bool {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(Path::new(program));
+    }
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
+    })
+}
+
+/// What a run on this testbed needs, checked without touching the board: tools, the NIC and its address, the
+/// board's ping, sudo, and the server host over ssh.
+pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let tool = |found: &mut Vec<Finding>, what: &str, program: &str| {
+        let ready = on_path(program);
+        found.push(Finding::new(
+            what,
+            ready,
+            if ready {
+                program.to_owned()
+            } else {
+                format!("{program} not found")
+            },
+        ));
+    };
+    if profile.kind == TestbedKind::Emulated {
+        found.push(Finding::new(
+            "device",
+            true,
+            "emulated: each run starts it on a free loopback port",
+        ));
+        tool(&mut found, "C++ compiler (hls, emulated flow)", "g++");
+        return found;
+    }
+    let Some(addr) = profile.device.addr.as_deref() else {
+        found.push(Finding::new(
+            "device.addr",
+            false,
+            format!("testbed `{name}` is real but names no device.addr (HOST:PORT)"),
+        ));
+        return found;
+    };
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
+    found.push(Finding::new("device.addr", true, addr));
+    let board = profile.board.clone().unwrap_or(BoardProfile {
+        jtag: String::new(),
+        vivado_root: String::new(),
+        programfpga: default_programfpga(),
+        nic: String::new(),
+        settle_s: default_settle(),
+        ready_timeout_s: default_ready_timeout(),
+    });
+    let script = root.join(&board.programfpga);
+    tool(
+        &mut found,
+        "programming script",
+        &script.display().to_string(),
+    );
+    let vivado = if board.vivado_root.is_empty() {
+        "vivado".to_owned()
+    } else {
+        Path::new(&board.vivado_root)
+            .join("bin/vivado")
+            .display()
+            .to_string()
+    };
+    tool(&mut found, "Vivado", &vivado);
+    for (what, path) in [
+        ("tpa", profile.client.tpa.as_deref()),
+        ("fperf", profile.client.fperf.as_deref()),
+    ] {
+        if let Some(path) = path.filter(|p| !p.is_empty()) {
+            tool(&mut found, what, path);
+        }
+    }
+    // The NIC: named, or the one the route to the board leaves by; then it must hold an IPv4 address.
+    let nic = if board.nic.is_empty() {
+        match probe("ip", &["-o", "route", "get", &host]) {
+            Ok((true, route)) => route
+                .split_whitespace()
+                .skip_while(|w| *w != "dev")
+                .nth(1)
+                .map(str::to_owned),
+            Ok((false, out)) | Err(out) => {
+                found.push(Finding::new(
+                    "NIC",
+                    false,
+                    format!("no route to {host}: {out}"),
+                ));
+                None
+            }
+        }
+    } else {
+        Some(board.nic.clone())
+    };
+    if let Some(nic) = nic {
+        match probe("ip", &["-o", "-4", "addr", "show", "dev", &nic]) {
+            Ok((true, out)) if out.contains("inet ") => {
+                let address = out
+                    .split_whitespace()
+                    .skip_while(|w| *w != "inet")
+                    .nth(1)
+                    .unwrap_or("?");
+                found.push(Finding::new("NIC", true, format!("{nic} {address}")));
+            }
+            Ok((_, out)) => found.push(Finding::new(
+                "NIC",
+                false,
+                format!("{nic} has no IPv4 address {out}")
+                    .trim_end()
+                    .to_owned(),
+            )),
+            Err(e) => found.push(Finding::new("NIC", false, e)),
+        }
+    }
+    match probe("ping", &["-c", "1", "-W", "1", &host]) {
+        Ok((true, _)) => found.push(Finding::new("board ping", true, format!("{host} answers"))),
+        Ok((false, _)) => found.push(Finding::new(
+            "board ping",
+            false,
+            format!("{host} does not answer ping (programmed? link up?)"),
+        )),
+        Err(e) => found.push(Finding::new("board ping", false, e)),
+    }
+    found.push(sudo_finding("sudo", &profile.sudo, None));
+    if let Some(server) = &profile.server {
+        match probe(
+            "ssh",
+            &[
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=5",
+                &server.host,
+                "true",
+            ],
+        ) {
+            Ok((true, _)) => {
+                found.push(Finding::new("server ssh", true, server.host.clone()));
+                found.push(sudo_finding(
+                    "server sudo",
+                    &server.sudo,
+                    Some(&server.host),
+                ));
+            }
+            Ok((false, out)) | Err(out) => found.push(Finding::new(
+                "server ssh",
+                false,
+                format!("ssh -o BatchMode=yes {} failed: {out}", server.host),
+            )),
+        }
+    }
+    found
+}
+
+/// Whether `sudo` works without asking (locally, or on `host` over ssh). Locally a password may be asked once
+/// per run, unless the command itself says `-n`; a remote server needs passwordless sudo.
+fn sudo_finding(what: &str, sudo: &str, host: Option<&str>) -> Finding {
+    if sudo.trim().is_empty() {
+        return Finding::new(what, true, "not needed (runs as root)");
+    }
+    let mut words: Vec<&str> = sudo.split_whitespace().collect();
+    if !words.contains(&"-n") {
+        words.push("-n");
+    }
+    words.push("true");
+    let result = match host {
+        Some(host) => {
+            let mut args = vec!["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host];
+            args.extend(&words);
+            probe("ssh", &args)
+        }
+        None => probe(words[0], &words[1..]),
+    };
+    match result {
+        Ok((true, _)) => Finding::new(what, true, format!("`{sudo}` works without a password")),
+        Ok((false, _)) if host.is_none() && !sudo.split_whitespace().any(|w| w == "-n") => {
+            Finding::new(
+                what,
+                true,
+                format!("`{sudo}` will ask for a password once per run"),
+            )
+        }
+        Ok((false, out)) | Err(out) => Finding::new(
+            what,
+            false,
+            format!(
+                "`{sudo} -n true` failed{}: {out}",
+                host.map(|h| format!(" on {h}")).unwrap_or_default()
+            ),
+        ),
+    }
+}
