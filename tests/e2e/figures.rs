@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::{Rng, Sandbox, copy_tree, repo, text};
 
 /// A project with the repository's accelerators, shell, figure pipelines and emulated testbed profile.
-fn figures_project() -> Sandbox {
+pub(crate) fn figures_project() -> Sandbox {
     let sandbox = Sandbox::new();
     copy_tree(
         &repo().join("hw/accelerators"),

@@ -92,11 +92,11 @@ fn start_server(sandbox: &Sandbox, args: &[&str]) -> (Child, String) {
 }
 
 /// `fracflow device serve` on a free loopback port; returns the child and its data address.
-fn serve(sandbox: &Sandbox) -> (Child, String) {
+pub(crate) fn serve(sandbox: &Sandbox) -> (Child, String) {
     start_server(sandbox, &["device", "serve", "--listen", "127.0.0.1:0"])
 }
 
-struct Stop(Child);
+pub(crate) struct Stop(pub(crate) Child);
 impl Drop for Stop {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -121,3 +121,116 @@ fn the_emulated_testbed_needs_only_a_compiler() {
         text(&run)
     );
 }
+
+/// A "board" that is the emulated device behind a real-testbed profile: the fake `programfpga.sh` records its
+/// arguments and environment, then programs the device over its management channel, so the slot loads and the
+/// measurement that follow are real.
+fn board_project(ready_timeout_s: u32, ping_body: &str) -> (Sandbox, crate::fpga::Stop, String) {
+    let sandbox = crate::figures::figures_project();
+    let (child, addr) = crate::fpga::serve(&sandbox);
+    sandbox.write(
+        "hw/testbeds/board.yaml",
+        &format!(
+            "kind: real\ndescription: the emulated device behind fake board tools\ndevice:\n  addr: \"{addr}\"\nboard:\n  jtag: localhost:3121/xilinx_tcf/Xilinx/123\n  vivado_root: /opt/vivado\n  programfpga: scripts/programfpga.sh\n  nic: fake0\n  settle_s: 0\n  ready_timeout_s: {ready_timeout_s}\nsudo: \"\"\n"
+        ),
+    );
+    fake(
+        &sandbox,
+        "../scripts/programfpga.sh",
+        &format!(
+            "echo \"env VIVADO_ROOT=$VIVADO_ROOT HW_TARGET=$HW_TARGET\" >> \"$FAKE_LOG\"\nexec \"{}\" device program --addr {addr} \"$1\"",
+            env!("CARGO_BIN_EXE_fracflow")
+        ),
+    );
+    fake(
+        &sandbox,
+        "ip",
+        "echo '7: fake0    inet 10.1.1.1/24 scope global fake0'",
+    );
+    fake(&sandbox, "ping", ping_body);
+    (sandbox, crate::fpga::Stop(child), addr)
+}
+
+fn run_on_board(sandbox: &Sandbox) -> std::process::Output {
+    let path = format!(
+        "{}:{}",
+        sandbox.path().join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    sandbox
+        .command(&[
+            "run",
+            "fig16",
+            "--smoke",
+            "--testbed",
+            "board",
+            "--only",
+            "k=1",
+            "--only",
+            "n=4",
+        ])
+        .env("PATH", path)
+        .env("FAKE_LOG", sandbox.path().join("calls.log"))
+        .output()
+        .expect("run fracflow")
+}
+
+#[test]
+fn a_real_testbed_programs_waits_for_the_link_and_measures() {
+    // The board answers ping on the second try.
+    let (sandbox, _stop, addr) = board_project(
+        20,
+        "n=$(cat \"$FAKE_LOG.pings\" 2>/dev/null || echo 0); echo $((n+1)) > \"$FAKE_LOG.pings\"; [ $n -ge 1 ]",
+    );
+    let run = run_on_board(&sandbox);
+    assert!(matches!(run.status.code(), Some(0 | 5)), "{}", text(&run));
+    let calls = std::fs::read_to_string(sandbox.path().join("calls.log")).expect("calls");
+    let order: Vec<&str> = calls
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    let first = |tool: &str| order.iter().position(|t| *t == tool);
+    assert!(
+        first("programfpga.sh") < first("ip") && first("ip") < first("ping"),
+        "program, then the NIC, then ping: {calls}"
+    );
+    assert!(calls.contains("jtag/frac.bit"), "{calls}");
+    assert!(
+        calls
+            .contains("env VIVADO_ROOT=/opt/vivado HW_TARGET=localhost:3121/xilinx_tcf/Xilinx/123"),
+        "{calls}"
+    );
+    assert_eq!(order.iter().filter(|t| **t == "ping").count(), 2, "{calls}");
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            sandbox
+                .results("scalability")
+                .join("latest/nodes/frac[m=4096,k=1,n=4]/summary.json"),
+        )
+        .expect("the fRAC point was measured"),
+    )
+    .expect("json");
+    assert_eq!(summary["source"]["testbed_kind"], "real");
+    assert_eq!(summary["source"]["target"], addr.as_str());
+    let actions = summary["device"].to_string();
+    assert!(
+        actions.contains("program") && actions.contains("c00_f00.bin"),
+        "{actions}"
+    );
+}
+
+#[test]
+fn a_board_that_never_answers_fails_after_the_ready_timeout_and_measures_nothing() {
+    let (sandbox, _stop, _addr) = board_project(3, "exit 1");
+    let run = run_on_board(&sandbox);
+    let output = text(&run);
+    assert_eq!(run.status.code(), Some(1), "{output}");
+    assert!(output.contains("did not answer ping"), "{output}");
+    assert!(
+        !sandbox
+            .results("scalability")
+            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .exists(),
+        "nothing measured against a board that is not up"
+    );
+}

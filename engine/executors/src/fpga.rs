@@ -641,14 +641,58 @@ impl Executor for ProgramKind {
 /// `programfpga.sh IMAGE` with `VIVADO_ROOT` and `HW_TARGET`, then ping the board until it answers
 /// (every 2 s up to the ready timeout), then let the link settle.
 fn program_real(job: &Job<'_>, config: &ProgramConfig, image: &Path) -> Result<(), NodeError> {
+    let host = config
+        .addr
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(&config.addr)
+        .to_owned();
+    program_board(
+        job,
+        &BoardProgramming {
+            script: job.root.join(&config.programfpga),
+            vivado_root: config.vivado_root.clone().unwrap_or_default(),
+            hw_target: config.hw_target.clone().unwrap_or_default(),
+            host,
+            nic: None,
+            ready_timeout_s: config.ready_timeout_s,
+            settle_s: config.settle_s,
+        },
+        image,
+    )
+}
+
+/// How a real board is programmed and when it counts as ready again.
+#[derive(Debug, Clone)]
+pub(crate) struct BoardProgramming {
+    pub script: PathBuf,
+    /// `VIVADO_ROOT`; empty: the script's default.
+    pub vivado_root: String,
+    /// `HW_TARGET`; empty: the first JTAG target.
+    pub hw_target: String,
+    /// The board's address, pinged until it answers.
+    pub host: String,
+    /// The client NIC that must hold an IPv4 address again (it goes down while the board reconfigures).
+    pub nic: Option<String>,
+    pub ready_timeout_s: f64,
+    pub settle_s: f64,
+}
+
+/// Programs `image` with the script, waits until the NIC has its address and the board answers ping (every 2 s
+/// up to the ready timeout), then lets the link settle. A board that never answers is a transient failure.
+pub(crate) fn program_board(
+    job: &Job<'_>,
+    board: &BoardProgramming,
+    image: &Path,
+) -> Result<(), NodeError> {
     let mut env = Vec::new();
-    if let Some(root) = &config.vivado_root {
-        env.push(("VIVADO_ROOT".to_owned(), root.clone()));
+    if !board.vivado_root.is_empty() {
+        env.push(("VIVADO_ROOT".to_owned(), board.vivado_root.clone()));
     }
-    if let Some(target) = &config.hw_target {
-        env.push(("HW_TARGET".to_owned(), target.clone()));
+    if !board.hw_target.is_empty() {
+        env.push(("HW_TARGET".to_owned(), board.hw_target.clone()));
     }
-    let script = job.root.join(&config.programfpga);
+    let script = job.root.join(&board.script);
     run_tool(
         job,
         &script.display().to_string(),
@@ -656,44 +700,63 @@ fn program_real(job: &Job<'_>, config: &ProgramConfig, image: &Path) -> Result<(
         &env,
         job.root,
     )?;
-    let host = config
-        .addr
-        .rsplit_once(':')
-        .map(|(h, _)| h)
-        .unwrap_or(&config.addr)
-        .to_owned();
-    let deadline = Instant::now() + Duration::from_secs_f64(config.ready_timeout_s);
+    let deadline = Instant::now() + Duration::from_secs_f64(board.ready_timeout_s);
     loop {
-        let answered = run_tool(
-            job,
-            "ping",
-            &[
-                "-c".into(),
-                "1".into(),
-                "-W".into(),
-                "1".into(),
-                host.clone(),
-            ],
-            &[],
-            job.root,
-        )
-        .is_ok();
+        let nic_ready = board.nic.as_ref().is_none_or(|nic| {
+            run_tool(
+                job,
+                "ip",
+                &[
+                    "-o".into(),
+                    "-4".into(),
+                    "addr".into(),
+                    "show".into(),
+                    "dev".into(),
+                    nic.clone(),
+                ],
+                &[],
+                job.root,
+            )
+            .is_ok_and(|out| String::from_utf8_lossy(&out).contains("inet "))
+        });
+        let answered = nic_ready
+            && run_tool(
+                job,
+                "ping",
+                &[
+                    "-c".into(),
+                    "1".into(),
+                    "-W".into(),
+                    "1".into(),
+                    board.host.clone(),
+                ],
+                &[],
+                job.root,
+            )
+            .is_ok();
         if answered {
             break;
         }
         if Instant::now() >= deadline || job.cancel.is_cancelled() {
             return Err(NodeError::transient(format!(
-                "node `{}`: the board at {host} did not answer ping within {}s of programming",
-                job.spec.id, config.ready_timeout_s
+                "node `{}`: the board at {} did not answer ping{} within {}s of programming",
+                job.spec.id,
+                board.host,
+                board
+                    .nic
+                    .as_ref()
+                    .map(|n| format!(" (or {n} had no address)"))
+                    .unwrap_or_default(),
+                board.ready_timeout_s
             )));
         }
         std::thread::sleep(PING_INTERVAL);
     }
     append_log(
         job,
-        &format!("board answers; settling {}s\n", config.settle_s),
+        &format!("board answers; settling {}s\n", board.settle_s),
     );
-    let settle_until = Instant::now() + Duration::from_secs_f64(config.settle_s);
+    let settle_until = Instant::now() + Duration::from_secs_f64(board.settle_s);
     while Instant::now() < settle_until && !job.cancel.is_cancelled() {
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -264,7 +264,7 @@ impl Executor for MeasureKind {
                 node_error(spec, "no testbed session and no `addr`: nothing to measure")
             })?;
             session
-                .prepare(&self.wanted_state(job, &config)?, &mut actions)?
+                .prepare(&self.wanted_state(job, &config)?, job, &mut actions)?
                 .to_string()
         };
         let mut clients = Vec::with_capacity(members.len());

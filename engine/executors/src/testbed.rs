@@ -66,6 +66,18 @@ pub struct BoardProfile {
     pub ready_timeout_s: f64,
 }
 
+/// A board section with every default: the artifact's script, no JTAG target, NIC from the route.
+fn default_board() -> BoardProfile {
+    BoardProfile {
+        jtag: String::new(),
+        vivado_root: String::new(),
+        programfpga: default_programfpga(),
+        nic: String::new(),
+        settle_s: default_settle(),
+        ready_timeout_s: default_ready_timeout(),
+    }
+}
+
 fn default_programfpga() -> String {
     "scripts/programfpga.sh".to_owned()
 }
@@ -347,6 +359,7 @@ impl Session {
     pub fn prepare(
         &self,
         want: &DeviceState,
+        job: &fracflow_core::Job<'_>,
         actions: &mut Vec<DeviceAction>,
     ) -> Result<SocketAddr, NodeError> {
         let mut hold = self
@@ -358,17 +371,16 @@ impl Session {
             let sha = fracflow_core::statcache::hash_file(image)
                 .map_err(|e| NodeError::permanent(format!("{}: {e}", image.display())))?;
             if hold.image.as_deref() != Some(sha.as_str()) {
-                if self.profile.kind == TestbedKind::Real {
-                    // A board is programmed by its `program` node (programfpga.sh, then ping); a measurement
-                    // only checks it is there.
-                    return Err(NodeError::permanent(format!(
-                        "testbed `{}` is real: program the board with a `program` node before measuring",
-                        self.name
-                    )));
+                match self.profile.kind {
+                    TestbedKind::Real => {
+                        crate::fpga::program_board(job, &self.board_programming(addr), image)?
+                    }
+                    TestbedKind::Emulated => {
+                        fracflow_emulator::program(addr, image).map_err(|e| {
+                            NodeError::transient(format!("programming the device at {addr}: {e}"))
+                        })?;
+                    }
                 }
-                fracflow_emulator::program(addr, image).map_err(|e| {
-                    NodeError::transient(format!("programming the device at {addr}: {e}"))
-                })?;
                 hold.image = Some(sha.clone());
                 hold.slots.clear();
                 actions.push(DeviceAction {
@@ -405,6 +417,20 @@ impl Session {
             });
         }
         Ok(addr)
+    }
+
+    /// How this real testbed's board is programmed and when it is ready.
+    fn board_programming(&self, addr: SocketAddr) -> crate::fpga::BoardProgramming {
+        let board = self.profile.board.clone().unwrap_or_else(default_board);
+        crate::fpga::BoardProgramming {
+            script: PathBuf::from(&board.programfpga),
+            vivado_root: board.vivado_root,
+            hw_target: board.jtag,
+            host: addr.ip().to_string(),
+            nic: (!board.nic.is_empty()).then_some(board.nic),
+            ready_timeout_s: board.ready_timeout_s,
+            settle_s: board.settle_s,
+        }
     }
 
     /// The device's data address, starting the emulated device on first use.
@@ -563,14 +589,7 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
     };
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
     found.push(Finding::new("device.addr", true, addr));
-    let board = profile.board.clone().unwrap_or(BoardProfile {
-        jtag: String::new(),
-        vivado_root: String::new(),
-        programfpga: default_programfpga(),
-        nic: String::new(),
-        settle_s: default_settle(),
-        ready_timeout_s: default_ready_timeout(),
-    });
+    let board = profile.board.clone().unwrap_or_else(default_board);
     let script = root.join(&board.programfpga);
     tool(
         &mut found,
