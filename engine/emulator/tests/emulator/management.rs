@@ -40,17 +40,20 @@ fn program_resets_slots_and_closes_connections() {
     let (dev, log) = device();
     crate::common::load(&dev, 1, "pattern_slot");
     assert_eq!(dev.status().slots[1].unit, "pattern_slot");
+    // The load's controller connection may still be registered for a moment; counting it as ours would let
+    // programming run before our connection is registered (seen once under a loaded CI host).
+    let settled = |want: usize, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while dev.open_connections() != want {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    settled(0, "the load's connection never closed");
     let mut open = connect(dev.addr());
     // connect() returns after the handshake; the device registers the connection a moment later, and only a
     // registered connection can be dropped by programming.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while dev.open_connections() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the device never registered the connection"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    settled(1, "the device never registered the connection");
     let report = client::program(dev.addr(), &built().set.full).expect("programs");
     assert_eq!(report.image, ImageKind::Design);
     assert_eq!(report.build_id, built().set.build_id);
