@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use fracflow_core::graph::NodeIndex;
 use fracflow_core::plan::{Verdict, Why};
@@ -20,7 +19,7 @@ use fracflow_core::{Cache, Cancel, Engine, Graph, RunDir, RunOptions, StatCache,
 use fracflow_executors::Registry;
 use fracflow_executors::testbed::{Session, TestbedProfile};
 use fracflow_loader::{LoadOptions, Loaded};
-use fracflow_record::{RunManifest, RunStatus};
+use fracflow_record::RunStatus;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -665,32 +664,15 @@ fn replot(
             .join(&loaded.pipeline.name)
             .join("latest"),
     };
-    let manifest_path = run_dir.join("manifest.json");
-    let manifest: RunManifest = std::fs::read(&manifest_path)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
-        .map_err(|e| {
-            Failure::new(
-                exit::BAD_INPUT,
-                format!(
-                    "{}: {e} (run the pipeline first, or name a run with --run)",
-                    manifest_path.display()
-                ),
-            )
-        })?;
+    let manifest = fracflow_core::run::read_manifest(&run_dir).map_err(|e| {
+        Failure::new(
+            exit::BAD_INPUT,
+            format!("{e} (run the pipeline first, or name a run with --run)"),
+        )
+    })?;
     let out_dir = out.map_or_else(|| run_dir.join("replot"), Path::to_owned);
     std::fs::create_dir_all(&out_dir).map_err(internal)?;
-    let provenance = fracflow_record::Provenance {
-        pipeline: manifest.pipeline.clone(),
-        run_id: manifest.run_id.clone(),
-        testbed: manifest.testbed.clone(),
-        testbed_kind: manifest.testbed_profile["kind"]
-            .as_str()
-            .unwrap_or("unknown")
-            .to_owned(),
-        host: manifest.host.clone(),
-        client: "embedded client".to_owned(),
-    };
+    let provenance = fracflow_executors::report::provenance(&manifest, "embedded client");
     let graph = &loaded.graph;
     let mut drawn = 0;
     for index in graph.closure(&targets) {
@@ -977,9 +959,7 @@ fn recent_keys(results: &Path, per_pipeline: usize) -> anyhow::Result<HashSet<St
             .collect();
         runs.sort();
         for run in runs.iter().rev().take(per_pipeline) {
-            let bytes = std::fs::read(run.join("manifest.json"))?;
-            let manifest: RunManifest = serde_json::from_slice(&bytes)
-                .with_context(|| format!("{}", run.join("manifest.json").display()))?;
+            let manifest = fracflow_core::run::read_manifest(run)?;
             keep.extend(manifest.nodes.into_values().filter_map(|r| r.key));
         }
     }

@@ -31,6 +31,14 @@ pub struct RunMeta {
     pub git: Option<fracflow_record::manifest::GitState>,
 }
 
+/// The manifest of the run in `dir`; a parse error names the file.
+pub fn read_manifest(dir: &Path) -> io::Result<RunManifest> {
+    let path = dir.join("manifest.json");
+    let bytes = fs::read(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
+}
+
 pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
@@ -110,10 +118,7 @@ impl RunDir {
 
     /// Continues writing into an existing run directory (`--resume RUN_DIR`).
     pub fn resume(dir: &Path) -> io::Result<RunDir> {
-        let bytes = fs::read(dir.join("manifest.json"))?;
-        let mut manifest: RunManifest = serde_json::from_slice(&bytes).map_err(|e| {
-            io::Error::other(format!("{}: {e}", dir.join("manifest.json").display()))
-        })?;
+        let mut manifest = read_manifest(dir)?;
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;

@@ -12,18 +12,6 @@ use fracflow_record::{Cell, ExpectationResult, Provenance, Table};
 
 use crate::testbed::Session;
 
-/// The node's config as `T`, without the node-local `params` the loader adds beside the kind's keys.
-pub fn kind_config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
-    let object: serde_json::Map<String, serde_json::Value> = spec
-        .config
-        .iter()
-        .filter(|(k, _)| k.as_str() != "params")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    serde_json::from_value(serde_json::Value::Object(object))
-        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
-}
-
 fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
     NodeError::permanent(format!("node `{}`: {what}", spec.id))
 }
@@ -68,7 +56,7 @@ pub struct AggregateKind;
 
 impl Executor for AggregateKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        kind_config::<AggregateSpec>(spec)?;
+        crate::kind_config::<AggregateSpec>(spec)?;
         Ok(info(1))
     }
 
@@ -84,7 +72,7 @@ impl Executor for AggregateKind {
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let spec: AggregateSpec = kind_config(job.spec)?;
+        let spec: AggregateSpec = crate::kind_config(job.spec)?;
         let mut points = Vec::new();
         for dir in job.inputs.values() {
             let summary = dir.join("summary.json");
@@ -195,19 +183,19 @@ pub struct PlotKind {
 
 impl Executor for PlotKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        kind_config::<PlotSpec>(spec)?;
+        crate::kind_config::<PlotSpec>(spec)?;
         Ok(info(1))
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
-        match kind_config::<PlotSpec>(spec) {
+        match crate::kind_config::<PlotSpec>(spec) {
             Ok(plot) => format!("draw {}", fracflow_plot::figure_files(&plot).join(", ")),
             Err(e) => format!("<{e}>"),
         }
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let plot: PlotSpec = kind_config(job.spec)?;
+        let plot: PlotSpec = crate::kind_config(job.spec)?;
         let tables = dependency_tables(job)?;
         let provenance = provenance(job, self.session.as_deref());
         fracflow_plot::draw(&plot, &tables, &provenance, job.out_dir)
@@ -224,7 +212,7 @@ pub fn redraw(
     provenance: &Provenance,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
-    let plot: PlotSpec = kind_config(spec).map_err(|e| e.message)?;
+    let plot: PlotSpec = crate::kind_config(spec).map_err(|e| e.message)?;
     let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
     fracflow_plot::draw(&plot, &tables, provenance, out_dir).map_err(|e| e.to_string())
 }
@@ -262,7 +250,7 @@ pub const EXPECTATIONS_FILE: &str = "expectations.json";
 
 impl Executor for CheckKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        kind_config::<CheckConfig>(spec)?;
+        crate::kind_config::<CheckConfig>(spec)?;
         // The verdicts depend on which testbed's claims apply.
         let mut info = info(1);
         if let Some(session) = &self.session {
@@ -273,14 +261,14 @@ impl Executor for CheckKind {
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
-        match kind_config::<CheckConfig>(spec) {
+        match crate::kind_config::<CheckConfig>(spec) {
             Ok(config) => format!("check {} expectations", self.applicable(&config).len()),
             Err(e) => format!("<{e}>"),
         }
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let config: CheckConfig = kind_config(job.spec)?;
+        let config: CheckConfig = crate::kind_config(job.spec)?;
         let tables = dependency_tables(job)?;
         let results: Vec<ExpectationResult> =
             fracflow_aggregate::evaluate(self.applicable(&config), &tables);

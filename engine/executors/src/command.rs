@@ -59,10 +59,7 @@ fn default_success() -> Vec<i32> {
 }
 
 fn config(spec: &NodeSpec) -> Result<CommandConfig, NodeError> {
-    let value =
-        serde_json::to_value(&spec.config).map_err(|e| NodeError::permanent(e.to_string()))?;
-    serde_json::from_value(value)
-        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
+    crate::kind_config(spec)
 }
 
 /// `gen[m=1024]` → `FRACFLOW_DEP_GEN_M_1024`.

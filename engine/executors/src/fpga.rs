@@ -18,14 +18,8 @@ use fracflow_emulator::design::DESIGN_FILE;
 use fracflow_emulator::{CompiledUnit, DesignManifest};
 use serde::Deserialize;
 
+use crate::kind_config as config;
 use crate::process::{self, Ending, Grace, Spawn};
-
-fn config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
-    let value =
-        serde_json::to_value(&spec.config).map_err(|e| NodeError::permanent(e.to_string()))?;
-    serde_json::from_value(value)
-        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
-}
 
 fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
     NodeError::permanent(format!("node `{}`: {what}", spec.id))

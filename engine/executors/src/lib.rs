@@ -14,6 +14,18 @@ use std::collections::BTreeMap;
 
 use fracflow_core::{Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
 
+/// The node's config as `T`, without the node-local `params` the loader adds beside the kind's keys.
+pub fn kind_config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
+    let object: serde_json::Map<String, serde_json::Value> = spec
+        .config
+        .iter()
+        .filter(|(k, _)| k.as_str() != "params")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::from_value(serde_json::Value::Object(object))
+        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
+}
+
 /// Every kind this build knows, by name.
 pub struct Registry {
     kinds: BTreeMap<&'static str, Box<dyn Executor>>,

@@ -72,7 +72,7 @@ struct TraceConfig {
 }
 
 fn config(spec: &NodeSpec) -> Result<MeasureConfig, NodeError> {
-    crate::analysis::kind_config(spec)
+    crate::kind_config(spec)
 }
 
 impl MeasureConfig {

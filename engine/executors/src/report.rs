@@ -23,14 +23,25 @@ pub struct ReportSummary {
     pub expectations: Vec<ExpectationResult>,
 }
 
+/// Where a run's numbers came from, as its manifest records it; `client` says how requests were made.
+pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
+    Provenance {
+        pipeline: manifest.pipeline.clone(),
+        run_id: manifest.run_id.clone(),
+        testbed: manifest.testbed.clone(),
+        testbed_kind: manifest.testbed_profile["kind"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_owned(),
+        host: manifest.host.clone(),
+        client: client.to_owned(),
+    }
+}
+
 /// Writes `<run_dir>/report.html` for the run whose manifest is in `run_dir`; `cache` supplies the tool versions
 /// recorded in each node's fingerprint.
 pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, String> {
-    let manifest_path = run_dir.join("manifest.json");
-    let manifest: RunManifest = std::fs::read(&manifest_path)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
-        .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let manifest = fracflow_core::run::read_manifest(run_dir).map_err(|e| e.to_string())?;
     let node_dir = |id: &str| PathBuf::from("nodes").join(node_dir_name(id));
     let relative = |path: PathBuf| path.to_string_lossy().into_owned();
 
@@ -152,10 +163,6 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
     for (file, sha) in device {
         build.push((format!("device held {file}"), format!("blake3 {sha}")));
     }
-    let testbed_kind = manifest.testbed_profile["kind"]
-        .as_str()
-        .unwrap_or("unknown")
-        .to_owned();
     let nodes = manifest
         .nodes
         .iter()
@@ -168,14 +175,7 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
         })
         .collect();
     let report = Report {
-        provenance: Provenance {
-            pipeline: manifest.pipeline.clone(),
-            run_id: manifest.run_id.clone(),
-            testbed: manifest.testbed.clone(),
-            testbed_kind,
-            host: manifest.host.clone(),
-            client: clients.join("; "),
-        },
+        provenance: provenance(&manifest, &clients.join("; ")),
         title: format!("{} — run {}", manifest.pipeline, manifest.run_id),
         figures,
         tables,
