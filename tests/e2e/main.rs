@@ -9,5 +9,6 @@ mod kill;
 mod lock;
 mod plan_why;
 mod realflow;
+mod ssh;
 mod testbed;
 mod tidy;

@@ -59,7 +59,7 @@ fn a_ready_testbed_is_checked_without_programming_the_board() {
     for line in [
         "ok      NIC: fpga0 10.9.8.1/24",
         "ok      board ping: 10.9.8.7 answers",
-        "ok      server ssh: srv",
+        "ok      server ssh: srv (fracflow found there)",
         "ready",
     ] {
         assert!(output.contains(line), "missing `{line}` in:\n{output}");
@@ -70,7 +70,9 @@ fn a_ready_testbed_is_checked_without_programming_the_board() {
         "checking must not program: {calls}"
     );
     assert!(
-        calls.contains("ssh -o BatchMode=yes -o ConnectTimeout=5 srv sudo -n true"),
+        calls.contains("ssh -o BatchMode=yes -o ConnectTimeout=10 srv -- sudo -n true")
+            && calls
+                .contains("ssh -o BatchMode=yes -o ConnectTimeout=10 srv -- command -v 'fracflow'"),
         "{calls}"
     );
 }

@@ -187,6 +187,10 @@ pub struct CpuServerArgs {
     /// results/frac-bitstreams/latest/nodes. top_k (-F 1) needs none.
     #[arg(long)]
     kernels: Option<PathBuf>,
+    /// A mark in this process's argv (`fracflow-<run>-…`): a run that starts the server over ssh stops it by
+    /// pid only while the pid still carries its token, and finds leftovers by it. The server itself ignores it.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
 }
 
 pub fn cpu_server(args: CpuServerArgs) -> Result<u8, Failure> {
@@ -210,9 +214,13 @@ pub fn cpu_server(args: CpuServerArgs) -> Result<u8, Failure> {
     })?;
     let stop = stop_on_signal()?;
     println!(
-        "listening {} workers {} (CPU baseline server)",
+        "listening {} workers {} (CPU baseline server){}",
         server.addr(),
-        args.workers.max(1)
+        args.workers.max(1),
+        args.token
+            .as_deref()
+            .map(|t| format!(" token {t}"))
+            .unwrap_or_default()
     );
     wait_until(&stop);
     let stats = server.stats();

@@ -7,7 +7,9 @@ pub mod fperf;
 pub mod fpga;
 pub mod measure;
 pub mod process;
+pub mod remote;
 pub mod report;
+pub mod sudo;
 pub mod testbed;
 
 use std::collections::BTreeMap;

@@ -76,8 +76,22 @@ fn config(spec: &NodeSpec) -> Result<MeasureConfig, NodeError> {
 }
 
 impl MeasureConfig {
-    /// Each client process's fperf flags (without `-c`/`-p`), in member order.
+    /// Each client process's flags for the embedded client (without `-c`/`-p`), in member order.
     fn members(&self) -> Result<Vec<Vec<String>>, String> {
+        let mut members = self.fperf_members()?;
+        for args in &mut members {
+            if let Some(skip) = self.skip_s {
+                args.extend(["--skip".to_owned(), skip.to_string()]);
+            }
+            if let Some(rate) = &self.open_loop {
+                args.extend(["--open-loop".to_owned(), rate.clone()]);
+            }
+        }
+        Ok(members)
+    }
+
+    /// Each client process's fperf flags (without `-c`/`-p`), in member order: what the real fperf takes.
+    fn fperf_members(&self) -> Result<Vec<Vec<String>>, String> {
         let split = |text: &str| text.split_whitespace().map(str::to_owned).collect();
         let mut members: Vec<Vec<String>> = match &self.fperf {
             FperfArgs::One(text) => vec![split(text)],
@@ -104,14 +118,6 @@ impl MeasureConfig {
                     args
                 })
                 .collect();
-        }
-        for args in &mut members {
-            if let Some(skip) = self.skip_s {
-                args.extend(["--skip".to_owned(), skip.to_string()]);
-            }
-            if let Some(rate) = &self.open_loop {
-                args.extend(["--open-loop".to_owned(), rate.clone()]);
-            }
         }
         Ok(members)
     }
@@ -249,11 +255,7 @@ impl Executor for MeasureKind {
         // A CPU baseline gets a fresh server per point: the artifact's server leaks request buffers.
         let mut server = None;
         let target = if let Some(s) = &config.server {
-            let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
-            let started = fracflow_emulator::CpuServer::start(
-                fracflow_emulator::CpuServerConfig::new(listen, s.cores),
-            )
-            .map_err(|e| node_error(spec, format!("starting the CPU server: {e}")))?;
+            let started = self.start_server(job, s.cores)?;
             let addr = started.addr().to_string();
             server = Some(started);
             addr
@@ -267,107 +269,61 @@ impl Executor for MeasureKind {
                 .prepare(&self.wanted_state(job, &config)?, job, &mut actions)?
                 .to_string()
         };
-        let mut clients = Vec::with_capacity(members.len());
         let mut adapted = Vec::new();
-        for args in &members {
-            let mut client =
-                client_config(args, &target, trace.as_ref()).map_err(|e| node_error(spec, e))?;
-            if let Some(adapt) = self.adaptation() {
-                let mut share = adapt.clone();
-                // Members run at once: they share the thread budget.
-                if let Some(limit) = adapt.client_threads() {
-                    let each = (limit / members.len() as u32).max(1);
-                    share.client_threads = Some(crate::testbed::ThreadLimit::Count(each));
+        let runs = match self.real_fperf() {
+            Some(client) => {
+                let runs = self.run_real_fperf(job, &config, client, &target, trace.as_ref());
+                if let Some(server) = server {
+                    server.stop(job)?;
                 }
-                if let Some(note) = share.apply(&mut client) {
-                    adapted.push(note);
-                }
+                runs?
             }
-            clients.push(client);
-        }
-        let results: Vec<(Captured, Result<RunReport, ClientError>)> =
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = clients
-                    .iter()
-                    .map(|client| scope.spawn(move || run_client(client)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            (
-                                Captured::default(),
-                                Err(ClientError::Spawn(std::io::Error::other(
-                                    "a client thread panicked",
-                                ))),
-                            )
-                        })
-                    })
-                    .collect()
-            });
-        if let Some(server) = server {
-            server.stop();
-        }
+            None => {
+                let (runs, notes) = self.run_embedded(job, &members, &target, trace.as_ref());
+                adapted = notes;
+                if let Some(server) = server {
+                    server.stop(job)?;
+                }
+                runs?
+            }
+        };
         let mut console = Vec::new();
         let mut seconds = Vec::new();
         let mut samples: Vec<Sample> = Vec::new();
         let mut requests = 0u64;
         let mut saturated = false;
         let mut member_summaries = Vec::new();
-        for (member, ((captured, result), args)) in results.into_iter().zip(&members).enumerate() {
+        for (member, run) in runs.into_iter().enumerate() {
             if members.len() > 1 {
-                writeln!(console, "# client {member}: {}", args.join(" ")).map_err(io)?;
+                writeln!(console, "# client {member}: {}", run.command).map_err(io)?;
             }
-            console.extend_from_slice(&captured.console);
-            for line in captured
-                .seconds
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.is_empty())
-            {
-                let mut record: serde_json::Value =
-                    serde_json::from_slice(line).map_err(|e| node_error(spec, e))?;
+            console.extend_from_slice(&run.console);
+            for record in run.seconds {
+                let mut record = record;
                 if let Some(object) = record.as_object_mut() {
                     object.insert("member".to_owned(), serde_json::json!(member));
                 }
                 writeln!(seconds, "{record}").map_err(io)?;
             }
-            let report = result.map_err(|e| match e {
-                // The device may not be up yet (a link settling after programming): worth a retry.
-                ClientError::Connect { .. } => {
-                    NodeError::transient(format!("node `{}`: client {member}: {e}", spec.id))
-                }
-                other => node_error(spec, format!("client {member}: {other}")),
-            })?;
-            if let RunStatus::Failed { reason } = &report.status {
-                return Err(node_error(
-                    spec,
-                    format!(
-                        "client {member}: the measurement failed: {reason} ({} requests measured before)",
-                        report.measured_completions
-                    ),
-                ));
-            }
             let offset = samples.iter().map(|s| s.thread + 1).max().unwrap_or(0);
-            samples.extend(report.samples.iter().map(|s| Sample {
+            samples.extend(run.samples.iter().map(|s| Sample {
                 thread: s.thread + offset,
                 ..*s
             }));
-            let threads_end = offset + clients[member].threads;
-            requests += report.measured_completions;
-            saturated |= report.cpu_saturated;
-            member_summaries.push(serde_json::json!({
+            requests += run.requests;
+            saturated |= run.saturated;
+            let mut summary = serde_json::json!({
                 "labels": config.member_labels.get(member),
-                "threads": [offset, threads_end],
-                "fperf": args.join(" "),
-                "requests": report.measured_completions,
-                "timeouts": report.timeouts,
-                "from_send": report.from_send,
-                "last_piece": report.last_piece,
-                "open_loop": report.open_loop,
-                "trace": report.trace,
-                "host_load1": report.host_load1,
-                "elapsed_s": report.elapsed_s,
-            }));
+                "threads": [offset, offset + run.threads],
+                "fperf": run.command,
+                "requests": run.requests,
+            });
+            if let (Some(summary), Some(details)) =
+                (summary.as_object_mut(), run.details.as_object())
+            {
+                summary.extend(details.clone());
+            }
+            member_summaries.push(summary);
         }
         std::fs::write(job.out_dir.join("console.log"), &console).map_err(io)?;
         std::fs::write(job.out_dir.join("seconds.jsonl"), &seconds).map_err(io)?;
@@ -408,7 +364,350 @@ impl Executor for MeasureKind {
     }
 }
 
+/// One client process's records, whichever client made them.
+struct MemberRun {
+    /// Its flags, as the console header and the summary show them.
+    command: String,
+    console: Vec<u8>,
+    /// Per-second records (JSON objects of [`SecondRecord`]).
+    seconds: Vec<serde_json::Value>,
+    samples: Vec<Sample>,
+    threads: u32,
+    requests: u64,
+    saturated: bool,
+    /// Client-specific fields for the member's summary.
+    details: serde_json::Value,
+}
+
+impl MemberRun {
+    /// The embedded client's run, or the node's error.
+    fn embedded(
+        spec: &NodeSpec,
+        member: usize,
+        args: &[String],
+        client: &ClientConfig,
+        captured: Captured,
+        result: Result<RunReport, ClientError>,
+    ) -> Result<MemberRun, NodeError> {
+        let report = result.map_err(|e| match e {
+            // The device may not be up yet (a link settling after programming): worth a retry.
+            ClientError::Connect { .. } => {
+                NodeError::transient(format!("node `{}`: client {member}: {e}", spec.id))
+            }
+            other => node_error(spec, format!("client {member}: {other}")),
+        })?;
+        if let RunStatus::Failed { reason } = &report.status {
+            return Err(node_error(
+                spec,
+                format!(
+                    "client {member}: the measurement failed: {reason} ({} requests measured before)",
+                    report.measured_completions
+                ),
+            ));
+        }
+        let seconds = captured
+            .seconds
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(serde_json::from_slice)
+            .collect::<Result<Vec<serde_json::Value>, _>>()
+            .map_err(|e| node_error(spec, e))?;
+        Ok(MemberRun {
+            command: args.join(" "),
+            console: captured.console,
+            seconds,
+            threads: client.threads,
+            requests: report.measured_completions,
+            saturated: report.cpu_saturated,
+            details: serde_json::json!({
+                "client": "embedded",
+                "timeouts": report.timeouts,
+                "from_send": report.from_send,
+                "last_piece": report.last_piece,
+                "open_loop": report.open_loop,
+                "trace": report.trace,
+                "host_load1": report.host_load1,
+                "elapsed_s": report.elapsed_s,
+            }),
+            samples: report.samples,
+        })
+    }
+}
+
+/// The point's CPU baseline server: in this process, or on the testbed's server host over ssh.
+enum Server {
+    Local(fracflow_emulator::RunningCpuServer),
+    // Boxed: the remote server carries its launch description and ssh session, five times the local one.
+    Remote(Box<crate::remote::RemoteServer>),
+}
+
+impl Server {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Server::Local(server) => server.addr(),
+            Server::Remote(server) => server.addr(),
+        }
+    }
+
+    /// Stops it; a remote server that died while the clients ran fails the point (its numbers would mix a
+    /// live server's answers with refused connections).
+    fn stop(self, job: &Job<'_>) -> Result<(), NodeError> {
+        match self {
+            Server::Local(server) => {
+                server.stop();
+                Ok(())
+            }
+            Server::Remote(server) => {
+                let pid = server.pid();
+                let stopped = server
+                    .stop(job.out_dir, job.log)
+                    .map_err(|e| node_error(job.spec, e))?;
+                if stopped.died {
+                    return Err(node_error(
+                        job.spec,
+                        format!(
+                            "the CPU server (pid {pid}) exited during the run ({:?}); the point is not kept",
+                            stopped.ending
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 impl MeasureKind {
+    /// The profile's client when it names the real fperf (real testbeds and doubles only: an emulated
+    /// testbed always measures with the embedded client).
+    fn real_fperf(&self) -> Option<&crate::testbed::ClientProfile> {
+        let session = self.session.as_ref()?;
+        let profile = session.profile();
+        (profile.kind != crate::testbed::TestbedKind::Emulated
+            && profile
+                .client
+                .fperf
+                .as_deref()
+                .is_some_and(|f| !f.is_empty()))
+        .then_some(&profile.client)
+    }
+
+    /// Every member with the embedded client, at once, adapted to the testbed; also the adaptation notes.
+    fn run_embedded(
+        &self,
+        job: &Job<'_>,
+        members: &[Vec<String>],
+        target: &str,
+        trace: Option<&PathBuf>,
+    ) -> (Result<Vec<MemberRun>, NodeError>, Vec<String>) {
+        let spec = job.spec;
+        let mut clients = Vec::with_capacity(members.len());
+        let mut adapted = Vec::new();
+        for args in members {
+            let mut client = match client_config(args, target, trace) {
+                Ok(client) => client,
+                Err(e) => return (Err(node_error(spec, e)), adapted),
+            };
+            if let Some(adapt) = self.adaptation() {
+                let mut share = adapt.clone();
+                // Members run at once: they share the thread budget.
+                if let Some(limit) = adapt.client_threads() {
+                    let each = (limit / members.len() as u32).max(1);
+                    share.client_threads = Some(crate::testbed::ThreadLimit::Count(each));
+                }
+                if let Some(note) = share.apply(&mut client) {
+                    adapted.push(note);
+                }
+            }
+            clients.push(client);
+        }
+        let results: Vec<(Captured, Result<RunReport, ClientError>)> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = clients
+                    .iter()
+                    .map(|client| scope.spawn(move || run_client(client)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                Captured::default(),
+                                Err(ClientError::Spawn(std::io::Error::other(
+                                    "a client thread panicked",
+                                ))),
+                            )
+                        })
+                    })
+                    .collect()
+            });
+        let runs = results
+            .into_iter()
+            .zip(members.iter().zip(&clients))
+            .enumerate()
+            .map(|(member, ((captured, result), (args, client)))| {
+                MemberRun::embedded(spec, member, args, client, captured, result)
+            })
+            .collect();
+        (runs, adapted)
+    }
+
+    /// Every member with the real fperf through the adapter, at once, as the artifact runs them: its own
+    /// `TPA_ID` and cores each, under the profile's sudo, with `timeout`.
+    fn run_real_fperf(
+        &self,
+        job: &Job<'_>,
+        config: &MeasureConfig,
+        client: &crate::testbed::ClientProfile,
+        target: &str,
+        trace: Option<&PathBuf>,
+    ) -> Result<Vec<MemberRun>, NodeError> {
+        let spec = job.spec;
+        let Some(session) = self.session.as_ref() else {
+            return Err(node_error(spec, "the real fperf needs a testbed session"));
+        };
+        if config.open_loop.is_some() {
+            return Err(node_error(
+                spec,
+                "`open_loop` is a mode of the embedded client; fperf has none (remove `client.fperf` from the \
+                 profile to measure this node)",
+            ));
+        }
+        session.ensure_root()?;
+        let profile = session.profile();
+        let (host, port) = target
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| node_error(spec, format!("`{target}` is not HOST:PORT")))?;
+        let board_nic = profile.board.as_ref().map_or("", |b| b.nic.as_str());
+        let nic = crate::testbed::client_nic(board_nic, &host).map_err(|e| node_error(spec, e))?;
+        // fperf's own flags: the embedded client's `--skip` becomes the adapter's warm-up cut.
+        let members = config.fperf_members().map_err(|e| node_error(spec, e))?;
+        let together = members.len() > 1;
+        let mut invocations = Vec::with_capacity(members.len());
+        let mut next_cpu = client.start_cpu as usize;
+        for (index, args) in members.iter().enumerate() {
+            let mut inv = crate::fperf::FperfInvocation::new(
+                client.tpa.clone().unwrap_or_else(|| "tpa".to_owned()),
+                client.fperf.clone().unwrap_or_default(),
+                &nic,
+                &host,
+                port,
+                args.clone(),
+            );
+            inv.sudo = crate::sudo::words(&profile.sudo);
+            if together {
+                inv.tpa_id = format!("client{index}");
+            }
+            if let Some(cfg) = &client.tpa_cfg {
+                inv.tpa_cfg = cfg.clone();
+            }
+            inv.start_cpu = next_cpu;
+            inv.trace = trace.cloned();
+            inv.skip_s = config.skip_s.unwrap_or(0);
+            next_cpu += inv.threads().map_err(|e| node_error(spec, e))? as usize;
+            invocations.push(inv);
+        }
+        let results: Vec<Result<crate::fperf::FperfResult, String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = invocations
+                .iter()
+                .enumerate()
+                .map(|(index, inv)| {
+                    let work = job.out_dir.join(format!("fperf-{index}"));
+                    let log = job.out_dir.join(format!("fperf-{index}.log"));
+                    scope.spawn(move || {
+                        crate::fperf::run_fperf(inv, &work, &log, job.cancel)
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("an fperf thread panicked".to_owned()))
+                })
+                .collect()
+        });
+        let mut runs = Vec::with_capacity(results.len());
+        for (index, (result, inv)) in results.into_iter().zip(&invocations).enumerate() {
+            let result = result.map_err(|e| node_error(spec, format!("fperf {index}: {e}")))?;
+            if result.status != crate::fperf::FperfStatus::Ok {
+                return Err(node_error(
+                    spec,
+                    format!(
+                        "fperf {index} {}; its log is kept at {} (stderr: {})",
+                        result.status.label(),
+                        result.log.display(),
+                        result.stderr_log.display()
+                    ),
+                ));
+            }
+            let console = std::fs::read(&result.log)
+                .map_err(|e| node_error(spec, format!("{}: {e}", result.log.display())))?;
+            let seconds = result
+                .seconds
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| node_error(spec, e))?;
+            runs.push(MemberRun {
+                command: result.command.argv().join(" "),
+                console,
+                seconds,
+                threads: inv.threads().map_err(|e| node_error(spec, e))?,
+                requests: result.samples.len() as u64,
+                saturated: false,
+                details: serde_json::json!({
+                    "client": "fperf",
+                    "tpa_id": inv.tpa_id,
+                    "status": result.status.label(),
+                    "skipped_per_thread": result.skipped,
+                }),
+                samples: result.samples,
+            });
+        }
+        Ok(runs)
+    }
+
+    /// A fresh CPU server with `cores` workers: on the profile's server host when it names one.
+    fn start_server(&self, job: &Job<'_>, cores: usize) -> Result<Server, NodeError> {
+        let remote = self
+            .session
+            .as_ref()
+            .and_then(|s| s.profile().server.as_ref());
+        let Some(profile) = remote else {
+            let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
+            return fracflow_emulator::CpuServer::start(fracflow_emulator::CpuServerConfig::new(
+                listen, cores,
+            ))
+            .map(Server::Local)
+            .map_err(|e| node_error(job.spec, format!("starting the CPU server: {e}")));
+        };
+        let connect = crate::remote::ServerLaunch::resolve(&profile.addr, profile.port)
+            .map_err(|e| node_error(job.spec, e))?;
+        let launch = crate::remote::ServerLaunch {
+            host: profile.ssh(),
+            fracflow: profile.fracflow.clone(),
+            listen: connect,
+            connect,
+            workers: cores,
+            start_cpu: Some(profile.start_cpu),
+            token: crate::remote::server_token(&job.run.run_id),
+            start_timeout: std::time::Duration::from_secs_f64(profile.start_timeout_s.max(0.1)),
+        };
+        let server = crate::remote::RemoteServer::start(&launch, job.out_dir, job.log, job.cancel)
+            .map_err(|e| node_error(job.spec, e))?;
+        let mut log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(job.log)
+            .map_err(|e| node_error(job.spec, e))?;
+        for note in &server.notes {
+            writeln!(log, "{note}").map_err(|e| node_error(job.spec, e))?;
+        }
+        Ok(Server::Remote(Box::new(server)))
+    }
+
     /// The image and partials this node needs in the device, found among its dependencies' outputs.
     fn wanted_state(
         &self,
@@ -439,12 +738,20 @@ impl MeasureKind {
             Some(s) => (s.name().to_owned(), s.profile().kind.as_str()),
             None => ("none".to_owned(), "unknown"),
         };
-        let against = if config.server.is_some() {
-            "CPU baseline server (fracflow cpu-server, this host)"
-        } else if kind == "emulated" {
-            "emulated fRAC device (software, this host)"
-        } else {
-            "fRAC device"
+        let remote = self
+            .session
+            .as_ref()
+            .and_then(|s| s.profile().server.as_ref());
+        let against = match (&config.server, remote) {
+            (Some(_), Some(server)) => format!(
+                "CPU baseline server (fracflow cpu-server on {} over ssh)",
+                server.host
+            ),
+            (Some(_), None) => "CPU baseline server (fracflow cpu-server, this host)".to_owned(),
+            (None, _) if kind == "emulated" => {
+                "emulated fRAC device (software, this host)".to_owned()
+            }
+            (None, _) => "fRAC device".to_owned(),
         };
         serde_json::json!({
             "testbed": testbed,
@@ -452,7 +759,13 @@ impl MeasureKind {
             "host": crate::host::name(),
             "target": target,
             "against": against,
-            "client": if config.open_loop.is_some() { "embedded client, open loop" } else { "embedded client, closed loop (fperf rr)" },
+            "client": if self.real_fperf().is_some() {
+                "real fperf (libtpa/DPDK) through the adapter"
+            } else if config.open_loop.is_some() {
+                "embedded client, open loop"
+            } else {
+                "embedded client, closed loop (fperf rr)"
+            },
         })
     }
 }

@@ -96,8 +96,9 @@ fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-/// Runs the process to its end, a timeout or cancellation; never leaves it running.
-pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
+/// The process as a duct expression: the trampoline, the full environment, stdin closed, stderr appended to
+/// the log, its own process group. Stdout is the caller's choice.
+fn expression(spawn: &Spawn) -> io::Result<duct::Expression> {
     // An OsString, not a PathBuf: duct runs a relative *path* from the working directory (`make` would become
     // `./make`), while a plain name is looked up on PATH as a shell would.
     let (program, args): (std::ffi::OsString, Vec<String>) = match TRAMPOLINE.get() {
@@ -117,16 +118,63 @@ pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
     let expression = duct::cmd(&program, &args)
         .dir(&spawn.cwd)
         .stdin_null()
-        .stdout_capture()
         .stderr_file(append(&spawn.log)?)
         .unchecked()
         .full_env(environment);
-    let expression = expression.before_spawn(|command| {
+    Ok(expression.before_spawn(|command| {
         // Own process group: stop signals reach a whole pipeline, and a terminal's Ctrl-C reaches it only
         // through us, so the escalation below is the one policy. (posix_spawn supports this, so no fork.)
         command.process_group(0);
         Ok(())
-    });
+    }))
+}
+
+/// A process left running (a server for the length of a measurement), its stdout going to a file.
+#[derive(Debug)]
+pub struct Background {
+    handle: duct::Handle,
+    grace: Grace,
+}
+
+impl Background {
+    /// Starts `spawn` without waiting (its `timeout` is not applied); stdout is written to `stdout`.
+    pub fn start(spawn: &Spawn, stdout: &Path) -> io::Result<Background> {
+        let handle = expression(spawn)?.stdout_path(stdout).start()?;
+        Ok(Background {
+            handle,
+            grace: spawn.grace,
+        })
+    }
+
+    /// How it ended, once it has.
+    pub fn ended(&self) -> io::Result<Option<Ending>> {
+        Ok(self
+            .handle
+            .try_wait()?
+            .map(|output| ending_of(output.status)))
+    }
+
+    /// Waits up to `limit` for it to end by itself.
+    pub fn wait_for(&self, limit: Duration) -> io::Result<Option<Ending>> {
+        Ok(self
+            .handle
+            .wait_timeout(limit)?
+            .map(|output| ending_of(output.status)))
+    }
+
+    /// Stops it with the usual escalation (SIGINT, SIGTERM, SIGKILL to its group) unless it already ended.
+    pub fn stop(self) -> io::Result<Ending> {
+        if let Some(ending) = self.ended()? {
+            return Ok(ending);
+        }
+        stop_group(&self.handle.pids(), self.grace, &self.handle)?;
+        Ok(self.ended()?.unwrap_or(Ending::Cancelled))
+    }
+}
+
+/// Runs the process to its end, a timeout or cancellation; never leaves it running.
+pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
+    let expression = expression(spawn)?.stdout_capture();
     let handle = expression.start()?;
     let started = Instant::now();
     loop {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TestbedProfile {
-    /// `emulated` (the embedded device on this machine) or `real` (a board).
+    /// `emulated` (the embedded device on this machine), `real` (a board) or `doubles` (fake tools).
     pub kind: TestbedKind,
     #[serde(default)]
     pub description: String,
@@ -36,6 +36,13 @@ pub struct TestbedProfile {
     /// How root is obtained for DPDK and programming (`sudo`, `sudo -n`, or empty when running as root).
     #[serde(default = "default_sudo")]
     pub sudo: String,
+    /// Seconds between `sudo -n -v` refreshes while a run uses this testbed (the artifact's 60).
+    #[serde(default = "default_sudo_refresh")]
+    pub sudo_refresh_s: f64,
+}
+
+fn default_sudo_refresh() -> f64 {
+    60.0
 }
 
 fn default_sudo() -> String {
@@ -121,6 +128,31 @@ pub struct ServerProfile {
     pub sudo: String,
     #[serde(default)]
     pub start_cpu: u32,
+    /// `fracflow` on the server host (the CPU baseline server is `fracflow cpu-server`).
+    #[serde(default = "default_fracflow")]
+    pub fracflow: String,
+    /// Extra ssh options before the host (`-p 2222`, `-i ~/.ssh/testbed`); `BatchMode=yes` is always set.
+    #[serde(default)]
+    pub ssh_options: Vec<String>,
+    /// Seconds a started server gets to accept TCP connections.
+    #[serde(default = "default_server_start_timeout")]
+    pub start_timeout_s: f64,
+}
+
+impl ServerProfile {
+    pub fn ssh(&self) -> crate::remote::SshHost {
+        crate::remote::SshHost {
+            destination: self.host.clone(),
+            options: self.ssh_options.clone(),
+        }
+    }
+}
+
+fn default_fracflow() -> String {
+    "fracflow".to_owned()
+}
+fn default_server_start_timeout() -> f64 {
+    20.0
 }
 
 fn default_server_port() -> u16 {
@@ -132,6 +164,9 @@ fn default_server_port() -> u16 {
 pub enum TestbedKind {
     Emulated,
     Real,
+    /// Scripts standing in for the hardware tools (tests and demos of the hardware steps): driven like `real`,
+    /// and every figure and report says its numbers come from doubles.
+    Doubles,
 }
 
 impl TestbedKind {
@@ -139,6 +174,7 @@ impl TestbedKind {
         match self {
             TestbedKind::Emulated => "emulated",
             TestbedKind::Real => "real",
+            TestbedKind::Doubles => "doubles",
         }
     }
 }
@@ -302,6 +338,13 @@ pub fn fingerprint_fields(
         fields.insert("client_threads".to_owned(), serde_json::json!(threads));
     }
     fields.insert("pin".to_owned(), serde_json::json!(profile.adapt.pin));
+    // Another server host is another baseline machine; how ssh reaches it (port, key) changes no number.
+    if let Some(server) = &profile.server {
+        fields.insert(
+            "server".to_owned(),
+            serde_json::json!(format!("{} ({}:{})", server.host, server.addr, server.port)),
+        );
+    }
     fields
 }
 
@@ -326,6 +369,8 @@ pub struct Session {
     name: String,
     profile: TestbedProfile,
     device: Mutex<DeviceHold>,
+    /// Root for the board's tools, asked for on first need and kept fresh until the session ends.
+    root: Mutex<Option<crate::sudo::SudoKeeper>>,
 }
 
 #[derive(Debug, Default)]
@@ -342,7 +387,25 @@ impl Session {
             name: name.to_owned(),
             profile,
             device: Mutex::new(DeviceHold::default()),
+            root: Mutex::new(None),
         }
+    }
+
+    /// Makes sure the profile's sudo works (asking once per run at most) and keeps it fresh from then on.
+    pub fn ensure_root(&self) -> Result<(), NodeError> {
+        if crate::sudo::words(&self.profile.sudo).is_empty() {
+            return Ok(());
+        }
+        let mut keeper = self
+            .root
+            .lock()
+            .map_err(|_| NodeError::permanent("the sudo keep-alive was poisoned by a crash"))?;
+        if keeper.is_none() {
+            let refresh = std::time::Duration::from_secs_f64(self.profile.sudo_refresh_s.max(1.0));
+            *keeper = crate::sudo::SudoKeeper::start(&self.profile.sudo, refresh)
+                .map_err(|e| NodeError::permanent(format!("testbed `{}`: {e}", self.name)))?;
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -372,7 +435,8 @@ impl Session {
                 .map_err(|e| NodeError::permanent(format!("{}: {e}", image.display())))?;
             if hold.image.as_deref() != Some(sha.as_str()) {
                 match self.profile.kind {
-                    TestbedKind::Real => {
+                    TestbedKind::Real | TestbedKind::Doubles => {
+                        self.ensure_root()?;
                         crate::fpga::program_board(job, &self.board_programming(addr), image)?
                     }
                     TestbedKind::Emulated => {
@@ -458,7 +522,7 @@ impl Session {
                 hold.started = Some(device);
                 Ok(addr)
             }
-            TestbedKind::Real => {
+            TestbedKind::Real | TestbedKind::Doubles => {
                 let text = configured.ok_or_else(|| {
                     NodeError::permanent(format!(
                         "testbed `{}` is real but names no device.addr",
@@ -539,6 +603,22 @@ fn probe(program: &str, args: &[&str]) -> Result<(bool, String), String> {
         .map_err(|e| format!("cannot run {program}: {e}"))
 }
 
+/// The client NIC facing `host`: the profile's when it names one, else the one `ip route get` leaves by.
+pub fn client_nic(named: &str, host: &str) -> Result<String, String> {
+    if !named.is_empty() {
+        return Ok(named.to_owned());
+    }
+    match probe("ip", &["-o", "route", "get", host]) {
+        Ok((true, route)) => route
+            .split_whitespace()
+            .skip_while(|w| *w != "dev")
+            .nth(1)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("`ip route get {host}` names no device: {route}")),
+        Ok((false, out)) | Err(out) => Err(format!("no route to {host}: {out}")),
+    }
+}
+
 /// Whether `program` is an executable file or a command on PATH.
 fn on_path(program: &str) -> bool {
     let executable = |p: &Path| {
@@ -577,6 +657,7 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
             "emulated: each run starts it on a free loopback port",
         ));
         tool(&mut found, "C++ compiler (hls, emulated flow)", "g++");
+        found.extend(server_findings(profile));
         return found;
     }
     let Some(addr) = profile.device.addr.as_deref() else {
@@ -614,24 +695,12 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
         }
     }
     // The NIC: named, or the one the route to the board leaves by; then it must hold an IPv4 address.
-    let nic = if board.nic.is_empty() {
-        match probe("ip", &["-o", "route", "get", &host]) {
-            Ok((true, route)) => route
-                .split_whitespace()
-                .skip_while(|w| *w != "dev")
-                .nth(1)
-                .map(str::to_owned),
-            Ok((false, out)) | Err(out) => {
-                found.push(Finding::new(
-                    "NIC",
-                    false,
-                    format!("no route to {host}: {out}"),
-                ));
-                None
-            }
+    let nic = match client_nic(&board.nic, &host) {
+        Ok(nic) => Some(nic),
+        Err(why) => {
+            found.push(Finding::new("NIC", false, why));
+            None
         }
-    } else {
-        Some(board.nic.clone())
     };
     if let Some(nic) = nic {
         match probe("ip", &["-o", "-4", "addr", "show", "dev", &nic]) {
@@ -663,39 +732,44 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
         Err(e) => found.push(Finding::new("board ping", false, e)),
     }
     found.push(sudo_finding("sudo", &profile.sudo, None));
-    if let Some(server) = &profile.server {
-        match probe(
-            "ssh",
-            &[
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=5",
-                &server.host,
-                "true",
-            ],
-        ) {
-            Ok((true, _)) => {
-                found.push(Finding::new("server ssh", true, server.host.clone()));
-                found.push(sudo_finding(
-                    "server sudo",
-                    &server.sudo,
-                    Some(&server.host),
-                ));
-            }
-            Ok((false, out)) | Err(out) => found.push(Finding::new(
-                "server ssh",
-                false,
-                format!("ssh -o BatchMode=yes {} failed: {out}", server.host),
-            )),
-        }
-    }
+    found.extend(server_findings(profile));
     found
+}
+
+/// The server host: ssh without a password, `fracflow` there, and its sudo.
+fn server_findings(profile: &TestbedProfile) -> Vec<Finding> {
+    let Some(server) = &profile.server else {
+        return Vec::new();
+    };
+    let ssh = server.ssh();
+    let args = ssh.args(&format!(
+        "command -v {}",
+        crate::remote::quote(&server.fracflow)
+    ));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match probe("ssh", &args) {
+        Ok((true, _)) => vec![
+            Finding::new(
+                "server ssh",
+                true,
+                format!("{} ({} found there)", server.host, server.fracflow),
+            ),
+            sudo_finding("server sudo", &server.sudo, Some(&ssh)),
+        ],
+        Ok((false, out)) | Err(out) => vec![Finding::new(
+            "server ssh",
+            false,
+            format!(
+                "ssh -o BatchMode=yes {} `command -v {}` failed: {out}",
+                server.host, server.fracflow
+            ),
+        )],
+    }
 }
 
 /// Whether `sudo` works without asking (locally, or on `host` over ssh). Locally a password may be asked once
 /// per run, unless the command itself says `-n`; a remote server needs passwordless sudo.
-fn sudo_finding(what: &str, sudo: &str, host: Option<&str>) -> Finding {
+fn sudo_finding(what: &str, sudo: &str, host: Option<&crate::remote::SshHost>) -> Finding {
     if sudo.trim().is_empty() {
         return Finding::new(what, true, "not needed (runs as root)");
     }
@@ -706,8 +780,8 @@ fn sudo_finding(what: &str, sudo: &str, host: Option<&str>) -> Finding {
     words.push("true");
     let result = match host {
         Some(host) => {
-            let mut args = vec!["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host];
-            args.extend(&words);
+            let args = host.args(&words.join(" "));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             probe("ssh", &args)
         }
         None => probe(words[0], &words[1..]),
@@ -726,7 +800,8 @@ fn sudo_finding(what: &str, sudo: &str, host: Option<&str>) -> Finding {
             false,
             format!(
                 "`{sudo} -n true` failed{}: {out}",
-                host.map(|h| format!(" on {h}")).unwrap_or_default()
+                host.map(|h| format!(" on {}", h.destination))
+                    .unwrap_or_default()
             ),
         ),
     }

@@ -98,6 +98,7 @@ dl.provenance dt{color:#555}dl.provenance dd{margin:0;font-family:monospace}
 .testbed{display:inline-block;padding:.35rem .7rem;border-radius:4px;font-weight:bold;margin:.3rem 0}
 .testbed.emulated{background:#fff1d6;border:1px solid #d08a00;color:#7a4d00}
 .testbed.real{background:#e3f5e1;border:1px solid #2c8a2c;color:#1d5e1d}
+.testbed.doubles{background:#f1e3f5;border:1px solid #7a2c8a;color:#4d1d5e}
 .testbed.unknown{background:#fde2e2;border:1px solid #c62828;color:#8e1b1b}
 .verdicts{font-size:1.1rem;font-weight:bold;margin:.5rem 0}.verdicts a{color:inherit}.verdicts.failing{color:#b71c1c}.verdicts.passing{color:#1d5e1d}
 figure{margin:1.2rem 0;padding:.6rem;border:1px solid #eee}figure img{max-width:100%;height:auto;display:block}
@@ -127,7 +128,14 @@ fn push_provenance(page: &mut String, provenance: &Provenance) {
             "emulated",
             "EMULATED testbed: every number on this page comes from the software fRAC device, not an FPGA",
         ),
-        "real" => ("real", "REAL testbed: numbers measured on FPGA hardware"),
+        "real" => (
+            "real",
+            "REAL testbed: numbers measured with real tools on the testbed its profile describes",
+        ),
+        "doubles" => (
+            "doubles",
+            "TOOL DOUBLES: every number on this page comes from scripts standing in for the hardware tools; none is a measurement",
+        ),
         _ => (
             "unknown",
             "testbed kind not recorded: the origin of these numbers is unknown",

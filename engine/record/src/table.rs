@@ -79,7 +79,16 @@ impl Provenance {
     pub fn footer(&self) -> String {
         let mut line = format!(
             "{} · run {} · testbed {} ({}) · host {}",
-            self.pipeline, self.run_id, self.testbed, self.testbed_kind, self.host
+            self.pipeline,
+            self.run_id,
+            self.testbed,
+            // Doubles print numbers too; the footer must not let them pass for measurements.
+            if self.testbed_kind == "doubles" {
+                "tool doubles, not measured"
+            } else {
+                &self.testbed_kind
+            },
+            self.host
         );
         if !self.client.is_empty() {
             line.push_str(&format!(" · {}", self.client));
