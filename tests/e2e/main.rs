@@ -9,6 +9,7 @@ mod kill;
 mod lock;
 mod plan_why;
 mod realflow;
+mod slurm;
 mod ssh;
 mod testbed;
 mod tidy;

@@ -208,12 +208,31 @@ fn main() -> ExitCode {
     if let Ok(binary) = std::env::current_exe() {
         fracflow_executors::process::use_trampoline(binary);
     }
+    if args.get(1).map(String::as_str) == Some(fracflow_executors::slurm::NODE_EXEC_VERB) {
+        return node_exec(&args[2..]);
+    }
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("{}", failure.message.trim_end());
             ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// `fracflow __node-exec DIR`: one node inside a Slurm job (see `fracflow_executors::slurm`).
+fn node_exec(args: &[String]) -> ExitCode {
+    let [dir] = args else {
+        eprintln!("fracflow: usage: fracflow __node-exec DIR (internal, run by Slurm jobs)");
+        return ExitCode::from(exit::BAD_INPUT);
+    };
+    let kinds = fracflow_executors::Registry::builtin();
+    match fracflow_executors::slurm::node_exec(std::path::Path::new(dir), &kinds) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("fracflow: {why}");
+            ExitCode::from(1)
         }
     }
 }

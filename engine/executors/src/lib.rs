@@ -9,6 +9,7 @@ pub mod measure;
 pub mod process;
 pub mod remote;
 pub mod report;
+pub mod slurm;
 pub mod sudo;
 pub mod testbed;
 
@@ -73,7 +74,17 @@ impl Registry {
                 session: session.clone(),
             }),
         );
+        let slurm = session.as_ref().and_then(|s| s.profile().slurm.clone());
         kinds.insert("check", Box::new(analysis::CheckKind { session }));
+        // The profile's Slurm kinds run as jobs on the cluster; the same executor runs inside each job.
+        if let Some(profile) = slurm {
+            for name in &profile.kinds {
+                if let Some((name, inner)) = kinds.remove_entry(name.as_str()) {
+                    let profile = profile.clone();
+                    kinds.insert(name, Box::new(slurm::SlurmKind { inner, profile }));
+                }
+            }
+        }
         Registry { kinds }
     }
 

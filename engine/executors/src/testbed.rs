@@ -36,6 +36,9 @@ pub struct TestbedProfile {
     /// How root is obtained for DPDK and programming (`sudo`, `sudo -n`, or empty when running as root).
     #[serde(default = "default_sudo")]
     pub sudo: String,
+    /// Node kinds handed to a Slurm cluster, and the resources their jobs ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::slurm::SlurmProfile>,
     /// Seconds between `sudo -n -v` refreshes while a run uses this testbed (the artifact's 60).
     #[serde(default = "default_sudo_refresh")]
     pub sudo_refresh_s: f64,

@@ -1,0 +1,561 @@
+//! Nodes handed to an existing Slurm cluster: the testbed profile names the kinds (`slurm.kinds`, e.g. the build
+//! chain) and the resources; each such node is submitted with `sbatch`, polled with `scontrol show job`, its log
+//! streamed into the node's log, and its outputs collected from the shared project directory.
+//!
+//! The job runs `fracflow __node-exec DIR` on a compute node: the same executor as a local run, reading the
+//! node's request from `DIR` and leaving its outputs, metrics and exit status there. `DIR` is
+//! `<project>/.fracflow/slurm/<node hash>/`, so the project must be on a filesystem the compute nodes share.
+//! The hash covers the node's resolved spec and its inputs' directories, so a restarted engine finds the same
+//! `DIR`: while `DIR/job` names a job that is still queued or running it re-attaches to it instead of
+//! submitting again, and a job that finished meanwhile is collected without running again. A failed,
+//! cancelled or timed-out job fails its node with Slurm's state, exit code and reason; cancelling the run
+//! (Ctrl-C) `scancel`s the job by id.
+//!
+//! Not relied on: `sbatch --wait` (it holds a process for the job's length and cannot re-attach) and `sacct`
+//! (clusters without accounting storage refuse it); `DIR/exit` records the outcome instead, so a job purged
+//! from `scontrol` after `MinJobAge` is still read correctly.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, RunIdentity};
+use serde::{Deserialize, Serialize};
+
+/// The hidden verb a Slurm job runs.
+pub const NODE_EXEC_VERB: &str = "__node-exec";
+/// Files in a node's Slurm directory.
+const REQUEST_FILE: &str = "request.json";
+const JOB_FILE: &str = "job";
+const EXIT_FILE: &str = "exit";
+const OUTCOME_FILE: &str = "outcome.json";
+const LOG_FILE: &str = "slurm.out";
+const OUT_DIR: &str = "out";
+/// How long `scancel` gets to end a job before the node gives up waiting.
+const CANCEL_WAIT: Duration = Duration::from_secs(30);
+
+/// The profile's `slurm:` section.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmProfile {
+    /// Node kinds submitted to Slurm (`[hls, weave, partials, image]`: the build chain).
+    pub kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// `-c`: CPUs per job.
+    #[serde(default = "one")]
+    pub cpus: u32,
+    /// `--mem` (`4G`); absent: the partition's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<String>,
+    /// `-t` (`30`, `2:00:00`, `1-00:00:00`); absent: the partition's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// Seconds between state polls.
+    #[serde(default = "default_poll")]
+    pub poll_s: f64,
+    /// `fracflow` as the compute nodes see it; default: this engine's binary (a shared filesystem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fracflow: Option<String>,
+    /// More `sbatch` options, as words (`[--account, fpga, --qos, long]`).
+    #[serde(default)]
+    pub sbatch_args: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_poll() -> f64 {
+    2.0
+}
+
+/// What a job needs to run one node (`DIR/request.json`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NodeRequest {
+    pub spec: NodeSpec,
+    pub root: PathBuf,
+    pub inputs: BTreeMap<String, PathBuf>,
+    pub attempt: u32,
+    pub pipeline: String,
+    pub run_id: String,
+    pub testbed: String,
+}
+
+/// A kind whose nodes run as Slurm jobs; `inner` is the same kind run locally (for `info` and `describe`).
+pub struct SlurmKind {
+    pub inner: Box<dyn Executor>,
+    pub profile: SlurmProfile,
+}
+
+impl std::fmt::Debug for SlurmKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlurmKind")
+            .field("profile", &self.profile)
+            .finish()
+    }
+}
+
+fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
+    NodeError::permanent(format!("node `{}`: {what}", spec.id))
+}
+
+impl Executor for SlurmKind {
+    // Where a node runs changes none of its outputs: the key stays the local one, so results are shared.
+    fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        self.inner.info(spec)
+    }
+
+    fn describe(&self, spec: &NodeSpec) -> String {
+        format!("[slurm] {}", self.inner.describe(spec))
+    }
+
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        let spec = job.spec;
+        let dir = job_dir(job).map_err(|e| failed(spec, e))?;
+        fs::create_dir_all(&dir).map_err(|e| failed(spec, format!("{}: {e}", dir.display())))?;
+        let mut log = NodeLog::open(job.log).map_err(|e| failed(spec, e))?;
+        let id = match read_trimmed(&dir.join(JOB_FILE)) {
+            Some(id) => {
+                log.line(&format!(
+                    "re-attached to Slurm job {id}, submitted by an earlier run (not submitted again)"
+                ));
+                id
+            }
+            None => self.submit(job, &dir, &mut log)?,
+        };
+        let ended = self.follow(job, &dir, &id, &mut log)?;
+        let result = collect(job, &dir, &id, &ended);
+        if result.is_ok() || ended.state != "COMPLETED" {
+            // Done with this job either way: a rerun submits afresh.
+            let _ = fs::remove_dir_all(&dir);
+        }
+        result
+    }
+}
+
+impl SlurmKind {
+    fn submit(&self, job: &Job<'_>, dir: &Path, log: &mut NodeLog) -> Result<String, NodeError> {
+        let spec = job.spec;
+        // Leftovers of an attempt whose job was lost must not pass for this one's.
+        for stale in [EXIT_FILE, OUTCOME_FILE, LOG_FILE] {
+            let _ = fs::remove_file(dir.join(stale));
+        }
+        let _ = fs::remove_dir_all(dir.join(OUT_DIR));
+        let request = NodeRequest {
+            spec: spec.clone(),
+            root: job.root.to_owned(),
+            inputs: job.inputs.clone(),
+            attempt: job.attempt,
+            pipeline: job.run.pipeline.clone(),
+            run_id: job.run.run_id.clone(),
+            testbed: job.run.testbed.clone(),
+        };
+        let text = serde_json::to_vec_pretty(&request).map_err(|e| failed(spec, e))?;
+        write_atomically(&dir.join(REQUEST_FILE), &text).map_err(|e| failed(spec, e))?;
+        let fracflow = match &self.profile.fracflow {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| failed(spec, format!("this engine's binary: {e}")))?
+                .display()
+                .to_string(),
+        };
+        let mut args = vec![
+            "--parsable".to_owned(),
+            "--job-name".to_owned(),
+            format!("fracflow:{}", spec.id),
+            "--output".to_owned(),
+            dir.join(LOG_FILE).display().to_string(),
+            "--open-mode=append".to_owned(),
+            "--chdir".to_owned(),
+            job.root.display().to_string(),
+            "--cpus-per-task".to_owned(),
+            self.profile.cpus.to_string(),
+        ];
+        if let Some(partition) = &self.profile.partition {
+            args.extend(["--partition".to_owned(), partition.clone()]);
+        }
+        if let Some(mem) = &self.profile.mem {
+            args.extend(["--mem".to_owned(), mem.clone()]);
+        }
+        if let Some(time) = &self.profile.time {
+            args.extend(["--time".to_owned(), time.clone()]);
+        }
+        args.extend(self.profile.sbatch_args.iter().cloned());
+        args.extend([
+            "--wrap".to_owned(),
+            format!(
+                "exec {} {NODE_EXEC_VERB} {}",
+                crate::remote::quote(&fracflow),
+                crate::remote::quote(&dir.display().to_string())
+            ),
+        ]);
+        let (code, out) = query("sbatch", &args).map_err(|e| failed(spec, e))?;
+        let id = out
+            .lines()
+            .next()
+            .and_then(|l| l.split(';').next())
+            .map(str::trim)
+            .filter(|id| code == 0 && !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()))
+            .ok_or_else(|| failed(spec, format!("sbatch failed (exit {code}): {}", out.trim())))?
+            .to_owned();
+        // Recorded before anything else, so a killed engine re-attaches instead of submitting twice.
+        write_atomically(&dir.join(JOB_FILE), id.as_bytes()).map_err(|e| failed(spec, e))?;
+        log.line(&format!(
+            "submitted Slurm job {id}: sbatch {}",
+            args[..args.len() - 2].join(" ")
+        ));
+        Ok(id)
+    }
+
+    /// Polls until the job ends (or the run is cancelled), streaming its log into the node's.
+    fn follow(
+        &self,
+        job: &Job<'_>,
+        dir: &Path,
+        id: &str,
+        log: &mut NodeLog,
+    ) -> Result<Ended, NodeError> {
+        let spec = job.spec;
+        let poll = Duration::from_secs_f64(self.profile.poll_s.clamp(0.05, 300.0));
+        let mut offset = 0u64;
+        let mut last_state = String::new();
+        loop {
+            offset = log.stream(&dir.join(LOG_FILE), offset);
+            if job.cancel.is_cancelled() {
+                return Err(cancel(job, id, log));
+            }
+            match job_state(id).map_err(|e| failed(spec, e))? {
+                Some(state) => {
+                    if state.state != last_state {
+                        log.line(&format!("Slurm job {id}: {}", state.state));
+                        last_state.clone_from(&state.state);
+                    }
+                    if state.is_final() {
+                        log.stream(&dir.join(LOG_FILE), offset);
+                        return Ok(state);
+                    }
+                }
+                // Purged after MinJobAge (or never known): the exit file the job wrote is the record.
+                None => {
+                    log.stream(&dir.join(LOG_FILE), offset);
+                    return match read_trimmed(&dir.join(EXIT_FILE)) {
+                        Some(code) => Ok(Ended::from_exit_file(&code)),
+                        None => {
+                            let _ = fs::remove_file(dir.join(JOB_FILE));
+                            Err(NodeError::transient(format!(
+                                "node `{}`: Slurm no longer knows job {id} and it left no result; it will be \
+                                 submitted again",
+                                spec.id
+                            )))
+                        }
+                    };
+                }
+            }
+            std::thread::sleep(poll);
+        }
+    }
+}
+
+/// `scancel` by id, then wait (bounded) until Slurm says it ended.
+fn cancel(job: &Job<'_>, id: &str, log: &mut NodeLog) -> NodeError {
+    let _ = query("scancel", &[id.to_owned()]);
+    log.line(&format!("run cancelled: scancel {id}"));
+    let deadline = Instant::now() + CANCEL_WAIT;
+    while Instant::now() < deadline {
+        match job_state(id) {
+            Ok(Some(state)) if !state.is_final() => std::thread::sleep(Duration::from_millis(200)),
+            _ => break,
+        }
+    }
+    NodeError::permanent(format!(
+        "node `{}`: interrupted; Slurm job {id} was cancelled",
+        job.spec.id
+    ))
+}
+
+/// A job's final state as Slurm reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ended {
+    state: String,
+    /// `N:S`: exit code and signal.
+    exit_code: String,
+    reason: String,
+}
+
+impl Ended {
+    fn is_final(&self) -> bool {
+        !matches!(
+            self.state.as_str(),
+            "PENDING"
+                | "RUNNING"
+                | "CONFIGURING"
+                | "COMPLETING"
+                | "SUSPENDED"
+                | "REQUEUED"
+                | "REQUEUE_HOLD"
+                | "REQUEUE_FED"
+                | "RESIZING"
+                | "SIGNALING"
+                | "STAGE_OUT"
+                | "STOPPED"
+                | "RESV_DEL_HOLD"
+        )
+    }
+
+    fn from_exit_file(code: &str) -> Ended {
+        let state = if code.split_whitespace().next() == Some("0") {
+            "COMPLETED"
+        } else {
+            "FAILED"
+        };
+        Ended {
+            state: state.to_owned(),
+            exit_code: format!("{}:0", code.split_whitespace().next().unwrap_or("?")),
+            reason: "read from the job's exit file (Slurm had purged the job)".to_owned(),
+        }
+    }
+}
+
+/// `scontrol show job -o ID`: `None` when Slurm does not know the id (any more).
+fn job_state(id: &str) -> Result<Option<Ended>, String> {
+    let (code, out) = query(
+        "scontrol",
+        &["show".into(), "job".into(), "-o".into(), id.into()],
+    )?;
+    if code != 0 {
+        if out.contains("Invalid job id") {
+            return Ok(None);
+        }
+        return Err(format!(
+            "scontrol show job {id} failed (exit {code}): {}",
+            out.trim()
+        ));
+    }
+    let field = |name: &str| {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let state = field("JobState");
+    if state.is_empty() {
+        return Err(format!(
+            "scontrol show job {id}: no JobState in `{}`",
+            out.trim()
+        ));
+    }
+    Ok(Some(Ended {
+        state,
+        exit_code: field("ExitCode"),
+        reason: field("Reason"),
+    }))
+}
+
+fn collect(job: &Job<'_>, dir: &Path, id: &str, ended: &Ended) -> Result<Outcome, NodeError> {
+    let spec = job.spec;
+    let exit = read_trimmed(&dir.join(EXIT_FILE));
+    let succeeded = ended.state == "COMPLETED" && exit.as_deref().map(str::trim) == Some("0");
+    if !succeeded {
+        let said = exit
+            .as_deref()
+            .and_then(|e| e.split_once(' ').map(|(_, why)| why.to_owned()))
+            .map(|why| format!("; the node said: {why}"))
+            .unwrap_or_default();
+        return Err(failed(
+            spec,
+            format!(
+                "Slurm job {id} ended {} with exit code {} (reason {}){said}",
+                ended.state,
+                ended.exit_code,
+                if ended.reason.is_empty() {
+                    "none"
+                } else {
+                    &ended.reason
+                }
+            ),
+        ));
+    }
+    let out = dir.join(OUT_DIR);
+    move_tree(&out, job.out_dir)
+        .map_err(|e| failed(spec, format!("collecting {}: {e}", out.display())))?;
+    let outcome: BTreeMap<String, serde_json::Value> = read_trimmed(&dir.join(OUTCOME_FILE))
+        .map(|text| serde_json::from_str(&text))
+        .transpose()
+        .map_err(|e| failed(spec, format!("{OUTCOME_FILE}: {e}")))?
+        .unwrap_or_default();
+    Ok(Outcome { metrics: outcome })
+}
+
+/// Runs a Slurm client command; its exit code and stdout + stderr.
+fn query(program: &str, args: &[String]) -> Result<(i32, String), String> {
+    let out = duct::cmd(program, args)
+        .stdin_null()
+        .stderr_to_stdout()
+        .stdout_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| format!("cannot run {program} (is Slurm's client installed?): {e}"))?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+/// `<root>/.fracflow/slurm/<hash of the node's spec and inputs>`.
+fn job_dir(job: &Job<'_>) -> Result<PathBuf, String> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&serde_json::to_vec(job.spec).map_err(|e| e.to_string())?);
+    hasher.update(&serde_json::to_vec(job.inputs).map_err(|e| e.to_string())?);
+    let hash = hasher.finalize().to_hex();
+    Ok(job.root.join(".fracflow/slurm").join(&hash[..24]))
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    fs::read_to_string(path)
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("part-{}", std::process::id()));
+    let mut file = fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&temporary, path)
+}
+
+/// Moves every entry of `from` into `to` (a rename on one filesystem, a copy across).
+fn move_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if fs::rename(entry.path(), &target).is_err() {
+            if entry.file_type()?.is_dir() {
+                move_tree(&entry.path(), &target)?;
+            } else {
+                fs::copy(entry.path(), &target)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The node's log, appended to.
+struct NodeLog(fs::File);
+
+impl NodeLog {
+    fn open(path: &Path) -> Result<NodeLog, String> {
+        fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map(NodeLog)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn line(&mut self, text: &str) {
+        let _ = writeln!(self.0, "[slurm] {text}");
+    }
+
+    /// Appends what `source` gained since `offset`; the new offset.
+    fn stream(&mut self, source: &Path, offset: u64) -> u64 {
+        let Ok(mut file) = fs::File::open(source) else {
+            return offset;
+        };
+        if file.seek(SeekFrom::Start(offset)).is_err() {
+            return offset;
+        }
+        let mut fresh = Vec::new();
+        match file.read_to_end(&mut fresh) {
+            Ok(read) => {
+                let _ = self.0.write_all(&fresh);
+                offset + read as u64
+            }
+            Err(_) => offset,
+        }
+    }
+}
+
+/// The compute-node side (`fracflow __node-exec DIR`): runs the request in `DIR` with `kinds`, leaves the
+/// outputs in `DIR/out`, the metrics in `DIR/outcome.json` and `0` or `1 <why>` in `DIR/exit`.
+pub fn node_exec(dir: &Path, kinds: &dyn fracflow_core::Kinds) -> Result<(), String> {
+    let text = fs::read_to_string(dir.join(REQUEST_FILE))
+        .map_err(|e| format!("{}: {e}", dir.join(REQUEST_FILE).display()))?;
+    let request: NodeRequest =
+        serde_json::from_str(&text).map_err(|e| format!("{REQUEST_FILE}: {e}"))?;
+    let out = dir.join(OUT_DIR);
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let log = dir.join(LOG_FILE);
+    let result = match kinds.executor(&request.spec.kind) {
+        None => Err(format!("no kind `{}` in this fracflow", request.spec.kind)),
+        Some(executor) => {
+            let cancel = fracflow_core::Cancel::new();
+            let run = RunIdentity {
+                pipeline: request.pipeline.clone(),
+                run_id: request.run_id.clone(),
+                testbed: request.testbed.clone(),
+            };
+            let job = Job {
+                spec: &request.spec,
+                root: &request.root,
+                out_dir: &out,
+                inputs: &request.inputs,
+                log: &log,
+                cancel: &cancel,
+                attempt: request.attempt,
+                run: &run,
+            };
+            executor.execute(&job).map_err(|e| e.to_string())
+        }
+    };
+    let exit = match &result {
+        Ok(outcome) => {
+            let metrics = serde_json::to_vec(&outcome.metrics).map_err(|e| e.to_string())?;
+            write_atomically(&dir.join(OUTCOME_FILE), &metrics).map_err(|e| e.to_string())?;
+            "0".to_owned()
+        }
+        Err(why) => format!("1 {}", why.replace('\n', " ")),
+    };
+    write_atomically(&dir.join(EXIT_FILE), exit.as_bytes()).map_err(|e| e.to_string())?;
+    result.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_states_and_purged_jobs_are_read() {
+        let running = Ended {
+            state: "RUNNING".into(),
+            exit_code: "0:0".into(),
+            reason: "None".into(),
+        };
+        assert!(!running.is_final());
+        for state in [
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+        ] {
+            let ended = Ended {
+                state: state.into(),
+                ..running.clone()
+            };
+            assert!(ended.is_final(), "{state}");
+        }
+        assert_eq!(Ended::from_exit_file("0").state, "COMPLETED");
+        let failed = Ended::from_exit_file("1 node `x`: exited with code 3");
+        assert_eq!(
+            (failed.state.as_str(), failed.exit_code.as_str()),
+            ("FAILED", "1:0")
+        );
+    }
+}
