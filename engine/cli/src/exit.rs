@@ -6,7 +6,7 @@ pub const OK: u8 = 0;
 pub const NODE_FAILED: u8 = 1;
 /// The pipeline, a profile or the command line is wrong; nothing ran.
 pub const BAD_INPUT: u8 = 2;
-/// Another run holds the testbed.
+/// Another run holds the testbed (or, for `cache gc`, is using the cache).
 pub const TESTBED_BUSY: u8 = 3;
 /// `cache verify` found corrupt entries or blobs.
 pub const CACHE_CORRUPT: u8 = 4;

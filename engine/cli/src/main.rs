@@ -949,12 +949,21 @@ fn cache(project: &Project, action: CacheAction) -> Result<u8, Failure> {
         }
         CacheAction::Gc { keep_runs } => {
             let keep = recent_keys(&project.root.join("results"), keep_runs).map_err(internal)?;
-            let report = project.cache.gc(&keep).map_err(internal)?;
+            let report = project.cache.gc(&keep).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::ResourceBusy {
+                    // Another engine is running on this cache: deleting now could take blobs it is linking.
+                    Failure::new(exit::TESTBED_BUSY, format!("cache gc: {e}"))
+                } else {
+                    internal(e)
+                }
+            })?;
             println!(
-                "removed {} entries and {} blobs ({}); kept what the newest {keep_runs} runs of each pipeline reference",
+                "removed {} entries, {} blobs ({}) and {} stale key locks; kept what the newest {keep_runs} runs of \
+                 each pipeline reference",
                 report.entries_removed,
                 report.blobs_removed,
-                human_bytes(report.bytes_freed)
+                human_bytes(report.bytes_freed),
+                report.locks_removed
             );
             Ok(exit::OK)
         }

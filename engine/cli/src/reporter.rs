@@ -82,6 +82,24 @@ impl Observer for Reporter {
             }
             EventKind::NodeCached { node, .. } => format!("cached   {node}"),
             EventKind::NodeStarted { node, .. } => format!("started  {node}"),
+            EventKind::NodeWaiting {
+                node,
+                holder_pid,
+                holder_host,
+                holder_since,
+                ..
+            } => {
+                let by = match (holder_pid, holder_host, holder_since) {
+                    (Some(pid), Some(host), Some(since)) => {
+                        // RFC 3339 in local time: the clock time is characters 11–18.
+                        let clock = since.get(11..19).unwrap_or(since);
+                        format!("being built by pid {pid} on host {host} since {clock}")
+                    }
+                    _ => "being built by another engine on this cache".to_owned(),
+                };
+                format!("waiting  for `{node}`, {by}")
+            }
+            EventKind::Warning { message } => format!("warning: {message}"),
             EventKind::NodeFinished { node, seconds, .. } => {
                 format!("built    {node} ({seconds:.2}s)")
             }

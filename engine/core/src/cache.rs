@@ -2,8 +2,15 @@
 //!
 //! Layout under the cache directory:
 //! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/<blake3 of node id>.json`,
-//! `tmp/` (staging, cleaned by `gc`), `stat.json` (the stat cache). Every file is published by
-//! temp → fsync → rename, so a kill leaves the old state or the new.
+//! `tmp/` (staging, cleaned by `gc`), `stat.json` (the stat cache), `locks/` (see `keylock`). Every file is
+//! published by temp → fsync → rename, so a kill leaves the old state or the new.
+//!
+//! Several engines, on one machine or several sharing the directory, may use one cache at once. Temporary
+//! names are unique per machine, process and call (`fracflow_record::unique_suffix`) and created exclusively,
+//! so two writers never write through one file; renames publish whole files only, and a key's blobs are
+//! published before its entry. Two engines that publish the same blob or the same key both succeed: the
+//! blob's content is its name, and either entry is complete. The per-key lock keeps that from happening in
+//! the first place; `gc` deletes nothing while any run holds the cache's in-use lock.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -14,13 +21,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
+use crate::keylock::{self, InUse};
 use crate::statcache::hash_file;
-use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write};
+use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
 
-/// Staging directories and `*.part` files older than this are left over from killed runs.
+/// Staging directories and `*.part` files older than this are left over from killed runs. `gc` runs only
+/// while no engine holds the in-use lock, so this age is a second guard, for filesystems whose locks do not
+/// reach other machines (see `keylock`): there, a live engine elsewhere is invisible to the lock.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-static BLOB_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many past durations a node pointer keeps for estimates.
 const DURATION_HISTORY: usize = 9;
@@ -76,6 +84,8 @@ pub struct GcReport {
     pub entries_removed: usize,
     pub blobs_removed: usize,
     pub bytes_freed: u64,
+    /// Key lock files left behind by engines that died while building.
+    pub locks_removed: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -110,7 +120,7 @@ fn split(hash: &str) -> (&str, &str) {
 
 impl Cache {
     pub fn open(root: &Path) -> io::Result<Cache> {
-        for sub in ["blobs", "entries", "nodes", "tmp"] {
+        for sub in ["blobs", "entries", "nodes", "tmp", "locks"] {
             fs::create_dir_all(root.join(sub))?;
         }
         Ok(Cache {
@@ -124,6 +134,16 @@ impl Cache {
 
     pub fn stat_cache_file(&self) -> PathBuf {
         self.root.join("stat.json")
+    }
+
+    /// Where the per-key build locks and the in-use lock live.
+    pub fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    /// Marks the cache in use until dropped (a run holds it throughout), so that `gc` keeps away.
+    pub fn in_use(&self) -> io::Result<InUse> {
+        InUse::shared(&self.locks_dir())
     }
 
     pub fn blob_path(&self, hash: &str) -> PathBuf {
@@ -152,20 +172,13 @@ impl Cache {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .take(40)
             .collect();
-        let nonce = blake3::hash(
-            format!(
-                "{label}{}{:?}",
-                std::process::id(),
-                std::time::SystemTime::now()
-            )
-            .as_bytes(),
-        )
-        .to_hex();
-        let dir = self
-            .root
-            .join("tmp")
-            .join(format!("{safe}-{}", &nonce[..16]));
-        fs::create_dir_all(&dir)?;
+        let tmp = self.root.join("tmp");
+        fs::create_dir_all(&tmp)?;
+        let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
+        let dir = tmp.join(format!("{safe}-{}", &nonce[..16]));
+        // `create_dir`, not `create_dir_all`: should the name ever repeat, this fails instead of sharing a
+        // directory with another engine.
+        fs::create_dir(&dir)?;
         Ok(dir)
     }
 
@@ -190,18 +203,21 @@ impl Cache {
         if !target.is_file() {
             let dir = target.parent().unwrap_or(&self.root).to_owned();
             fs::create_dir_all(&dir)?;
-            // Unique per call: two nodes may store the same content at the same moment.
-            let serial = BLOB_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let staged = dir.join(format!(
-                ".{}.{}.{serial}.part",
-                &hash[..16],
-                std::process::id()
-            ));
-            fs::copy(file, &staged)?;
-            fs::File::open(&staged)?.sync_all()?;
+            // Unique per call and machine, created exclusively: two nodes or two engines may store the same
+            // content at the same moment, and one writer truncating the other's temporary would publish a torn
+            // blob.
+            let staged = dir.join(format!(".{}.{}.part", &hash[..16], unique_suffix()));
+            let mut copy = fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&staged)?;
+            io::copy(&mut fs::File::open(file)?, &mut copy)?;
+            copy.sync_all()?;
+            drop(copy);
             fs::set_permissions(&staged, fs::Permissions::from_mode(0o444))?;
             // No directory fsync: if power loss undoes this rename, the entry that names the blob is
-            // incomplete and `get` treats it as a miss, so the node simply runs again.
+            // incomplete and `get` treats it as a miss, so the node simply runs again. Another writer may have
+            // renamed the same content here meanwhile: replacing it is harmless, readers keep whole files.
             fs::rename(&staged, &target)?;
         }
         Ok(BlobRef { hash, size })
@@ -269,7 +285,10 @@ impl Cache {
             created,
         };
         let bytes = serde_json::to_vec_pretty(&entry).map_err(io::Error::other)?;
+        // If another engine published this key meanwhile (its lock was local to its machine, or `--rerun`),
+        // this replaces a complete entry with another complete one.
         atomic_write(&self.entry_path(&key), &bytes)?;
+        // A read-modify-write that a concurrent engine may undo: at worst one duration is lost from an estimate.
         let mut pointer = self.pointer(node).unwrap_or_default();
         pointer.node = node.to_owned();
         pointer.latest_key = key;
@@ -311,7 +330,12 @@ impl Cache {
     }
 
     /// Re-hashes every blob and checks every entry; names every corrupt file.
+    ///
+    /// Safe while engines write: they publish whole files by rename, blobs before entries. It holds the in-use
+    /// lock so that a `gc` cannot delete a blob between reading an entry and checking the blob; on a cache it
+    /// cannot lock (mounted read-only, say) no `gc` can delete anything either, so it verifies without.
     pub fn verify(&self) -> io::Result<VerifyReport> {
+        let _in_use = self.in_use().ok();
         let mut report = VerifyReport::default();
         for path in self.entry_files()? {
             report.entries += 1;
@@ -376,8 +400,13 @@ impl Cache {
         Ok(report)
     }
 
-    /// Deletes entries whose key is not in `keep`, then blobs no kept entry references, then stale staging.
+    /// Deletes entries whose key is not in `keep`, then blobs no kept entry references, then stale staging and
+    /// the lock files of dead holders.
+    ///
+    /// Refused (`ResourceBusy`) while any run uses the cache: a running engine may have stored blobs whose entry
+    /// it has not written yet, may be about to link a blob it found, or be writing into a staging directory.
     pub fn gc(&self, keep: &HashSet<String>) -> io::Result<GcReport> {
+        let _alone = InUse::exclusive(&self.locks_dir())?;
         let mut report = GcReport::default();
         let mut live_blobs: HashSet<String> = HashSet::new();
         for path in self.entry_files()? {
@@ -436,6 +465,7 @@ impl Cache {
                 fs::remove_dir_all(&path)?;
             }
         }
+        report.locks_removed = keylock::remove_stale(&self.locks_dir())?;
         Ok(report)
     }
 }
@@ -481,4 +511,105 @@ fn files_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fingerprint() -> Fingerprint {
+        Fingerprint {
+            version: 1,
+            kind: "test".into(),
+            kind_version: 1,
+            config: BTreeMap::new(),
+            point: BTreeMap::new(),
+            outputs: vec!["out".into()],
+            inputs: BTreeMap::new(),
+            upstream: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            testbed: BTreeMap::new(),
+            placement: Vec::new(),
+        }
+    }
+
+    /// Many writers of one key and one blob at once (what engines whose locks do not reach each other do):
+    /// every `put` succeeds and the cache verifies clean.
+    #[test]
+    fn concurrent_puts_of_one_key_all_succeed_and_verify_clean() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let writers: Vec<Cache> = (0..8)
+            .map(|_| Cache::open(dir.path()))
+            .collect::<io::Result<_>>()?;
+        let print = fingerprint();
+        std::thread::scope(|scope| -> io::Result<()> {
+            let handles: Vec<_> = writers
+                .iter()
+                .enumerate()
+                .map(|(i, cache)| {
+                    let print = &print;
+                    scope.spawn(move || -> io::Result<CacheEntry> {
+                        let staged = cache.staging_dir("node")?;
+                        fs::write(staged.join("out"), vec![7u8; 1 << 20])?;
+                        let log = staged.join("node.log");
+                        fs::write(&log, format!("writer {i}\n"))?;
+                        cache.put(
+                            "node",
+                            print,
+                            &staged,
+                            &["out".to_owned()],
+                            BTreeMap::new(),
+                            Some(&log),
+                            0.1,
+                            "now".into(),
+                        )
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle
+                    .join()
+                    .map_err(|_| io::Error::other("writer panicked"))??;
+            }
+            Ok(())
+        })?;
+        let cache = &writers[0];
+        let report = cache.verify()?;
+        assert!(report.corrupt.is_empty(), "{:?}", report.corrupt);
+        assert_eq!(report.entries, 1);
+        let entry = cache.get(&print.key()).expect("the key is cached");
+        assert_eq!(entry.outputs["out"].size, 1 << 20);
+        let leftovers: Vec<PathBuf> = files_under(dir.path())?
+            .into_iter()
+            .filter(|p| is_part(p))
+            .collect();
+        assert!(leftovers.is_empty(), "no temporaries left: {leftovers:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn gc_removes_nothing_while_a_run_holds_the_cache() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let staged = cache.staging_dir("node")?;
+        fs::write(staged.join("out"), b"kept while the run lives")?;
+        let entry = cache.put(
+            "node",
+            &fingerprint(),
+            &staged,
+            &["out".to_owned()],
+            BTreeMap::new(),
+            None,
+            0.1,
+            "now".into(),
+        )?;
+        let run = cache.in_use()?;
+        let refused = cache.gc(&HashSet::new()).expect_err("a run uses the cache");
+        assert_eq!(refused.kind(), io::ErrorKind::ResourceBusy);
+        assert!(cache.get(&entry.key).is_some(), "nothing was removed");
+        drop(run);
+        let report = cache.gc(&HashSet::new())?;
+        assert_eq!((report.entries_removed, report.blobs_removed), (1, 1));
+        Ok(())
+    }
 }

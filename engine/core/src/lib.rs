@@ -5,6 +5,7 @@ pub mod cache;
 pub mod exec;
 pub mod fingerprint;
 pub mod graph;
+pub mod keylock;
 pub mod lock;
 pub mod plan;
 pub mod run;

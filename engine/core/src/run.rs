@@ -75,13 +75,22 @@ impl RunDir {
         let base = results.join(pipeline);
         fs::create_dir_all(&base)?;
         let stamp = chrono::Local::now().format("%Y-%m-%dT%H%M%S").to_string();
-        let mut run_id = stamp.clone();
+        // `create_dir` claims the id: two engines starting in the same second (another testbed, or another
+        // machine sharing the project) must not both take a free-looking id and write into one directory.
         let mut suffix = 1;
-        while base.join(&run_id).exists() {
-            suffix += 1;
-            run_id = format!("{stamp}-{suffix}");
-        }
-        let dir = base.join(&run_id);
+        let (run_id, dir) = loop {
+            let run_id = if suffix == 1 {
+                stamp.clone()
+            } else {
+                format!("{stamp}-{suffix}")
+            };
+            let dir = base.join(&run_id);
+            match fs::create_dir(&dir) {
+                Ok(()) => break (run_id, dir),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => suffix += 1,
+                Err(e) => return Err(e),
+            }
+        };
         fs::create_dir_all(dir.join("logs"))?;
         let manifest = RunManifest {
             format_version: FORMAT_VERSION,
@@ -259,8 +268,8 @@ fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Replaces `<base>/latest` atomically: a new symlink under a temporary name, renamed over the old one.
 fn point_latest(base: &Path, run_id: &str) -> io::Result<()> {
-    let tmp = base.join(format!(".latest.{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
+    // Unique per machine too: two engines on one project may point `latest` at the same moment.
+    let tmp = base.join(format!(".latest.{}", fracflow_record::unique_suffix()));
     std::os::unix::fs::symlink(run_id, &tmp)?;
     fs::rename(&tmp, base.join("latest"))
 }

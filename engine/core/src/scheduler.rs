@@ -1,5 +1,12 @@
 //! Runs the nodes a target needs: keys computed as dependencies finish, cache hits skipped, the rest run in
 //! parallel within the core budget and serialised on exclusive resources.
+//!
+//! Several engines may share a cache. Before building a cacheable key, a run takes the key's lock
+//! (`keylock`); when another engine holds it, the node waits without a core while the run goes on with other
+//! nodes, and tries again with backoff. Once it gets the lock it looks in the cache again: the other engine's
+//! result is then a cache hit. No deadlock is possible: a lock is held only while its node executes, and an
+//! executing node waits for nothing but its own process, so no engine ever holds a key while it waits for
+//! another one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -15,6 +22,7 @@ use crate::cache::{Cache, CacheEntry};
 use crate::exec::{Cancel, Job, KindInfo, Kinds, NodeError, Outcome, RunIdentity};
 use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 use crate::graph::Graph;
+use crate::keylock::{self, Attempt, Holder};
 use crate::run::{RunDir, now_rfc3339};
 use crate::spec::{NodeSpec, Resource};
 use crate::statcache::StatCache;
@@ -22,6 +30,17 @@ use crate::statcache::StatCache;
 /// First wait before retrying a transient failure; doubled per attempt, capped at `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How soon a node whose key another engine builds tries the lock again; doubled per try, capped at
+/// `MAX_LOCK_POLL`. Each try is an open and a `flock` (a round trip on NFS), so the cap keeps hundreds of
+/// waiting nodes cheap while a waiter still notices a release within a couple of seconds.
+const FIRST_LOCK_POLL: Duration = Duration::from_millis(50);
+const MAX_LOCK_POLL: Duration = Duration::from_secs(2);
+/// A holder writes its name into the lock file just after locking it; a waiter that read the file in between
+/// waits this long for the name before announcing the wait without it.
+const UNNAMED_HOLDER_GRACE: Duration = Duration::from_secs(1);
+/// How long the scheduler sleeps for a finished node before looking at the rest again.
+const TICK: Duration = Duration::from_millis(100);
 
 /// How a run is carried out.
 #[derive(Debug, Clone)]
@@ -148,6 +167,26 @@ struct Finished {
     seconds: f64,
 }
 
+/// A node whose key is missing from the cache, waiting for cores, its device, or another engine.
+struct Pending {
+    fingerprint: Fingerprint,
+    /// Cacheable nodes take the key's lock before they run; effects are never taken from the cache, so
+    /// another engine's result would not replace them.
+    lock: bool,
+    /// `--rerun`: runs even when another engine has just published the key.
+    forced: bool,
+}
+
+/// A pending node whose key lock another engine holds.
+struct Blocked {
+    since: Instant,
+    /// The holder last announced.
+    holder: Option<Holder>,
+    announced: bool,
+    retry_at: Instant,
+    poll: Duration,
+}
+
 /// Runs `targets` (and everything they need) to completion, failure or interruption.
 pub fn run(
     engine: Engine<'_>,
@@ -173,8 +212,9 @@ pub fn run(
         .map(|&i| (i, graph.dependencies(i).count()))
         .collect();
     let mut ready: BTreeSet<(usize, NodeIndex)> = BTreeSet::new();
-    // Nodes whose key is known and missing from the cache, waiting for cores or their device.
-    let mut runnable: BTreeMap<(usize, NodeIndex), Fingerprint> = BTreeMap::new();
+    // Nodes whose key is known and missing from the cache, waiting for cores, their device or another engine.
+    let mut runnable: BTreeMap<(usize, NodeIndex), Pending> = BTreeMap::new();
+    let mut blocked: HashMap<NodeIndex, Blocked> = HashMap::new();
     for &index in &selected {
         if waiting_on[&index] == 0 {
             ready.insert((position[&index], index));
@@ -199,6 +239,29 @@ pub fn run(
             testbed: run_dir.manifest().testbed.clone(),
         },
     )?;
+    let locks = engine.cache.locks_dir();
+    // Held until the run returns: `gc` deletes nothing while a run may still link or publish blobs.
+    let _in_use = match engine.cache.in_use() {
+        Ok(guard) => Some(guard),
+        Err(error) => {
+            emit(
+                run_dir,
+                observer,
+                EventKind::Warning {
+                    message: format!(
+                        "cannot mark the cache in use ({error}): a `cache gc` running meanwhile could delete \
+                         what this run uses"
+                    ),
+                },
+            )?;
+            None
+        }
+    };
+    if let Some(message) = keylock::locality_caveat(engine.cache.root()) {
+        emit(run_dir, observer, EventKind::Warning { message })?;
+    }
+    // A lock error is reported once; the nodes it concerns are built without the lock.
+    let mut lock_error_reported = false;
 
     let identity = RunIdentity {
         pipeline: run_dir.manifest().pipeline.clone(),
@@ -260,35 +323,37 @@ pub fn run(
                     && !forced
                     && let Some(entry) = engine.cache.get(&key)
                 {
-                    run_dir.publish(engine.cache, &entry)?;
-                    let record = run_dir.record_mut(&spec.id, &spec.kind);
-                    record.status = NodeStatus::Cached;
-                    record.seconds = Some(entry.seconds);
-                    emit(
-                        run_dir,
-                        observer,
-                        EventKind::NodeCached {
-                            node: spec.id.clone(),
-                            key,
-                        },
-                    )?;
-                    complete(
+                    let mut progress = Progress {
+                        state: &mut state,
+                        waiting_on: &mut waiting_on,
+                        ready: &mut ready,
+                        summary: &mut summary,
+                    };
+                    use_cached(
+                        engine.cache,
                         graph,
                         index,
-                        entry.output_hash,
-                        &mut state,
-                        &mut waiting_on,
-                        &mut ready,
+                        entry,
                         &position,
-                    );
-                    summary.cached += 1;
-                    run_dir.checkpoint(false)?;
+                        &mut progress,
+                        run_dir,
+                        observer,
+                        &mut emit,
+                    )?;
                     continue;
                 }
-                runnable.insert((pos, index), fingerprint);
+                runnable.insert(
+                    (pos, index),
+                    Pending {
+                        fingerprint,
+                        lock: info.cacheable,
+                        forced,
+                    },
+                );
             }
             // Launch runnable nodes in declaration order while the core budget has room; a node whose device
-            // or host is busy is passed over, not waited for. The scan stops as soon as the budget is full.
+            // or host is busy, or whose key another engine builds, is passed over, not waited for. The scan
+            // stops as soon as the budget is full.
             let mut cursor = runnable.keys().next().copied();
             while let Some(at) = cursor {
                 if must_stop(cancel, options, &summary) || (running > 0 && cores_in_use >= budget) {
@@ -303,10 +368,99 @@ pub fn run(
                 if running > 0 && (cores_in_use + cores > budget || conflicts(spec, &held)) {
                     continue;
                 }
-                let Some(fingerprint) = runnable.remove(&(pos, index)) else {
+                if blocked
+                    .get(&index)
+                    .is_some_and(|b| b.retry_at > Instant::now())
+                {
+                    continue;
+                }
+                let Some(pending) = runnable.get(&(pos, index)) else {
                     continue;
                 };
-                let key = fingerprint.key();
+                let key = pending.fingerprint.key();
+                let key_lock = if pending.lock {
+                    match keylock::try_acquire(&locks, &key, &spec.id) {
+                        Ok(Attempt::Acquired(lock)) => Some(lock),
+                        Ok(Attempt::Held(holder)) => {
+                            let now = Instant::now();
+                            let wait = blocked.entry(index).or_insert_with(|| Blocked {
+                                since: now,
+                                holder: None,
+                                announced: false,
+                                retry_at: now,
+                                poll: FIRST_LOCK_POLL,
+                            });
+                            wait.retry_at = now + wait.poll;
+                            wait.poll = (wait.poll * 2).min(MAX_LOCK_POLL);
+                            // Named once its file says who holds it, and again when another engine takes
+                            // over (the holder died, or failed); unnamed only if the file stays unreadable.
+                            let announce = match &holder {
+                                Some(_) => wait.holder != holder,
+                                None => {
+                                    !wait.announced
+                                        && now.duration_since(wait.since) >= UNNAMED_HOLDER_GRACE
+                                }
+                            };
+                            if announce {
+                                wait.announced = true;
+                                wait.holder.clone_from(&holder);
+                                emit(run_dir, observer, waiting_event(&spec.id, &key, holder))?;
+                            }
+                            continue;
+                        }
+                        Err(error) => {
+                            if !lock_error_reported {
+                                lock_error_reported = true;
+                                emit(
+                                    run_dir,
+                                    observer,
+                                    EventKind::Warning {
+                                        message: format!(
+                                            "cannot lock keys in {} ({error}): building without per-key \
+                                             locks, so another engine may build the same key at the same \
+                                             time (the cache stays consistent)",
+                                            locks.display()
+                                        ),
+                                    },
+                                )?;
+                            }
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                blocked.remove(&index);
+                let Some(pending) = runnable.remove(&(pos, index)) else {
+                    continue;
+                };
+                // Look again under the lock: the engine we waited for, or one that finished between our first
+                // look and our lock, has published the key. Its result is ours.
+                if pending.lock
+                    && !pending.forced
+                    && let Some(entry) = engine.cache.get(&key)
+                {
+                    drop(key_lock);
+                    let mut progress = Progress {
+                        state: &mut state,
+                        waiting_on: &mut waiting_on,
+                        ready: &mut ready,
+                        summary: &mut summary,
+                    };
+                    use_cached(
+                        engine.cache,
+                        graph,
+                        index,
+                        entry,
+                        &position,
+                        &mut progress,
+                        run_dir,
+                        observer,
+                        &mut emit,
+                    )?;
+                    continue;
+                }
+                let fingerprint = pending.fingerprint;
                 // Run it.
                 state.insert(index, State::Running);
                 running += 1;
@@ -349,6 +503,9 @@ pub fn run(
                         &cancel,
                         identity,
                     );
+                    // The entry is published (or the node failed): a waiting engine now finds the entry, or
+                    // takes the lock and builds the key itself.
+                    drop(key_lock);
                     let _ = sender.send(Finished {
                         index,
                         result,
@@ -356,10 +513,27 @@ pub fn run(
                     });
                 });
             }
-            if running == 0 {
+            let stopping = must_stop(cancel, options, &summary);
+            // With nothing running, all that can be left is nodes waiting for other engines (or nothing).
+            if running == 0 && (stopping || (ready.is_empty() && runnable.is_empty())) {
                 break;
             }
-            let finished = match receiver.recv_timeout(Duration::from_millis(100)) {
+            // A node found in the cache after a wait made dependents ready: key them before sleeping.
+            if !ready.is_empty() && !stopping {
+                continue;
+            }
+            let nap = if running > 0 {
+                TICK
+            } else {
+                let now = Instant::now();
+                blocked
+                    .values()
+                    .map(|b| b.retry_at.saturating_duration_since(now))
+                    .min()
+                    .unwrap_or(TICK)
+                    .min(TICK)
+            };
+            let finished = match receiver.recv_timeout(nap) {
                 Ok(finished) => finished,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -467,6 +641,73 @@ pub fn run(
     engine.stat.save()?;
     run_dir.finish(summary.status)?;
     Ok(summary)
+}
+
+/// The scheduler's bookkeeping that a completed node updates.
+struct Progress<'a> {
+    state: &'a mut HashMap<NodeIndex, State>,
+    waiting_on: &'a mut HashMap<NodeIndex, usize>,
+    ready: &'a mut BTreeSet<(usize, NodeIndex)>,
+    summary: &'a mut RunSummary,
+}
+
+/// Completes a node with an entry found in the cache: linked into the run directory, never executed.
+#[allow(clippy::too_many_arguments)]
+fn use_cached(
+    cache: &Cache,
+    graph: &Graph,
+    index: NodeIndex,
+    entry: CacheEntry,
+    position: &HashMap<NodeIndex, usize>,
+    progress: &mut Progress<'_>,
+    run_dir: &mut RunDir,
+    observer: &mut dyn Observer,
+    emit: &mut impl FnMut(&mut RunDir, &mut dyn Observer, EventKind) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let spec = graph.spec(index);
+    run_dir.publish(cache, &entry)?;
+    let record = run_dir.record_mut(&spec.id, &spec.kind);
+    record.status = NodeStatus::Cached;
+    record.seconds = Some(entry.seconds);
+    emit(
+        run_dir,
+        observer,
+        EventKind::NodeCached {
+            node: spec.id.clone(),
+            key: entry.key,
+        },
+    )?;
+    complete(
+        graph,
+        index,
+        entry.output_hash,
+        progress.state,
+        progress.waiting_on,
+        progress.ready,
+        position,
+    );
+    progress.summary.cached += 1;
+    run_dir.checkpoint(false)
+}
+
+/// The event that says a node waits for another engine, with the holder's start in this machine's time.
+fn waiting_event(node: &str, key: &str, holder: Option<Holder>) -> EventKind {
+    let since = |text: &str| {
+        chrono::DateTime::parse_from_rfc3339(text).map_or_else(
+            |_| text.to_owned(),
+            |t| {
+                t.with_timezone(&chrono::Local)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+            },
+        )
+    };
+    EventKind::NodeWaiting {
+        node: node.to_owned(),
+        key: key.to_owned(),
+        holder_pid: holder.as_ref().map(|h| h.pid),
+        holder_since: holder.as_ref().map(|h| since(&h.since)),
+        holder_host: holder.map(|h| h.host),
+    }
 }
 
 /// Nothing new starts once the run is cancelled, or once a node failed without `--keep-going`.

@@ -440,3 +440,146 @@ fn exclusive_resources_serialise_and_the_core_budget_bounds_parallelism() {
         );
     }
 }
+
+/// Writes its id; `src` holds its key until some engine has reported waiting for it, so two engines are
+/// known to overlap on it (bounded: after 30 s it goes on, and the test's assertion on waiting fails).
+struct Gated {
+    executed: Mutex<Vec<String>>,
+    someone_waited: std::sync::atomic::AtomicBool,
+}
+
+impl Executor for Gated {
+    fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        Ok(KindInfo {
+            version: 1,
+            tools: BTreeMap::new(),
+            cacheable: true,
+        })
+    }
+    fn describe(&self, spec: &NodeSpec) -> String {
+        spec.id.clone()
+    }
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        self.executed
+            .lock()
+            .map_err(|e| NodeError::permanent(e.to_string()))?
+            .push(job.spec.id.clone());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while job.spec.id == "src"
+            && !self
+                .someone_waited
+                .load(std::sync::atomic::Ordering::SeqCst)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::fs::write(job.out_dir.join("out"), job.spec.id.as_bytes())
+            .map_err(|e| NodeError::permanent(e.to_string()))?;
+        Ok(Outcome::default())
+    }
+}
+
+impl Kinds for Gated {
+    fn executor(&self, _kind: &str) -> Option<&dyn Executor> {
+        Some(self)
+    }
+}
+
+/// Sets the gate when its engine reports waiting for another engine's key.
+struct WaitWatcher<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Observer for WaitWatcher<'_> {
+    fn event(&mut self, event: &EventKind) {
+        if let EventKind::NodeWaiting { holder_pid, .. } = event {
+            assert_eq!(*holder_pid, Some(std::process::id()), "the holder is named");
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn two_engines_on_one_cache_build_each_key_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let cache_dir = root.join("cache");
+    // src → w0..w5 → join: after src, both engines compete for six independent keys.
+    let mut nodes = vec![node("src", &[], 0, vec![])];
+    let fan: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    for (i, id) in fan.iter().enumerate() {
+        nodes.push(node(id, &["src".to_owned()], 1 + i as u64, vec![]));
+    }
+    nodes.push(node("join", &fan, 99, vec![]));
+    let graph = Graph::build(nodes.clone()).expect("valid graph");
+    let kinds = Gated {
+        executed: Mutex::new(Vec::new()),
+        someone_waited: std::sync::atomic::AtomicBool::new(false),
+    };
+    let engine_run = |results: &str| {
+        // Its own cache handle and run directory, as a second process would have.
+        let cache = Cache::open(&cache_dir).expect("cache");
+        let stat = StatCache::load(&cache.stat_cache_file());
+        let engine = Engine {
+            root,
+            cache: &cache,
+            stat: &stat,
+            kinds: &kinds,
+        };
+        let meta = RunMeta {
+            engine_version: "test".into(),
+            command: vec![],
+            host: "test".into(),
+            testbed: "none".into(),
+            testbed_profile: serde_json::Value::Null,
+            git: None,
+        };
+        let mut run_dir =
+            RunDir::create(&root.join(results), "test", &meta, &graph).expect("run dir");
+        let options = RunOptions {
+            jobs: 2,
+            keep_going: false,
+            rerun: vec![],
+            testbed: BTreeMap::new(),
+        };
+        let summary = fracflow_core::scheduler::run(
+            engine,
+            &graph,
+            graph.topological(),
+            &options,
+            &mut run_dir,
+            &mut WaitWatcher(&kinds.someone_waited),
+            &Cancel::new(),
+        )
+        .expect("run");
+        let published = nodes
+            .iter()
+            .all(|n| run_dir.outputs_dir(&n.id).join("out").is_file());
+        (summary, published)
+    };
+    let (first, second) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| engine_run("results-a"));
+        let b = scope.spawn(|| engine_run("results-b"));
+        (a.join().expect("engine a"), b.join().expect("engine b"))
+    });
+    assert!(
+        kinds
+            .someone_waited
+            .load(std::sync::atomic::Ordering::SeqCst),
+        "one engine waited for the other's src"
+    );
+    for (summary, published) in [&first, &second] {
+        assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
+        assert!(published, "every node's output is in both runs");
+    }
+    let mut executed = kinds.executed.into_inner().expect("lock");
+    executed.sort();
+    let mut expected: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    expected.sort();
+    assert_eq!(executed, expected, "each key built exactly once");
+    assert_eq!(first.0.built + second.0.built, nodes.len());
+    let report = Cache::open(&cache_dir)
+        .expect("cache")
+        .verify()
+        .expect("verify");
+    assert!(report.corrupt.is_empty(), "{:?}", report.corrupt);
+    assert_eq!(report.entries, nodes.len());
+}

@@ -6,6 +6,24 @@ use std::path::Path;
 
 static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A name part no other writer uses: pid, a random per-process token and a per-call serial.
+///
+/// The pid alone is not enough once a directory is shared between machines: engines in containers often have
+/// the same small pid, and two engines running one pipeline make the same sequence of calls, so they would
+/// write through one temporary file and publish a mixture of both.
+pub fn unique_suffix() -> String {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let token = TOKEN.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded from the operating system's random source.
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish()
+    });
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{token:016x}.{serial}", std::process::id())
+}
+
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory:
 /// atomic against kills and durable across power loss.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -30,13 +48,14 @@ fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
             format!("{} has no file name", path.display()),
         )
     })?;
-    // Unique per call, not only per process: two threads may publish the same content-addressed file at once.
-    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Unique per call and per machine: two threads or two engines sharing the directory may publish the same
+    // content-addressed file at once. `create_new`: should a name ever repeat, the write fails instead of
+    // sharing a temporary with another writer.
     let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".{}.{serial}.part", std::process::id()));
+    tmp_name.push(format!(".{}.part", unique_suffix()));
     let tmp = dir.join(tmp_name);
     let result = (|| {
-        let mut file = File::create(&tmp)?;
+        let mut file = File::options().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
         if durable {
             file.sync_all()?;

@@ -29,6 +29,20 @@ pub enum EventKind {
         key: String,
         attempt: u32,
     },
+    /// Another engine on the same cache is building this node's key; this run waits for its result.
+    NodeWaiting {
+        node: String,
+        key: String,
+        /// The holder as its lock file names it; absent when the file could not be read.
+        holder_pid: Option<u32>,
+        holder_host: Option<String>,
+        /// When the holder took the lock, RFC 3339 in this machine's local time.
+        holder_since: Option<String>,
+    },
+    /// Something the user should know that is not about one node (e.g. locks that only work on this machine).
+    Warning {
+        message: String,
+    },
     NodeFinished {
         node: String,
         key: String,
@@ -55,10 +69,13 @@ impl EventKind {
         match self {
             EventKind::NodeCached { node, .. }
             | EventKind::NodeStarted { node, .. }
+            | EventKind::NodeWaiting { node, .. }
             | EventKind::NodeFinished { node, .. }
             | EventKind::NodeFailed { node, .. }
             | EventKind::NodeSkipped { node, .. } => Some(node),
-            EventKind::RunStarted { .. } | EventKind::RunFinished { .. } => None,
+            EventKind::RunStarted { .. }
+            | EventKind::RunFinished { .. }
+            | EventKind::Warning { .. } => None,
         }
     }
 }

@@ -6,7 +6,7 @@ pub mod event;
 pub mod manifest;
 pub mod table;
 
-pub use atomic::{atomic_replace, atomic_write, fsync_dir};
+pub use atomic::{atomic_replace, atomic_write, fsync_dir, unique_suffix};
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 pub use table::{Cell, ExpectationResult, Provenance, Table};
