@@ -236,3 +236,118 @@ fn a_board_that_never_answers_fails_after_the_ready_timeout_and_measures_nothing
         "nothing measured against a board that is not up"
     );
 }
+
+/// fperf's documented rr console (fperf-rpcnic-sume.md §1.6) and `hugepage_thread_<i>.txt` latencies (§1.7):
+/// thread `i` completes `2 + s + i` requests in second `s`, the `j`-th taking `1000 × (s + 1) + j` ns.
+const FAKE_FPERF: &str = r#"echo "env TPA_ID=$TPA_ID TPA_ETH_DEV=$TPA_ETH_DEV TPA_CFG=$TPA_CFG" >> "$FAKE_LOG"
+d=3; n=1; D=""
+while [ $# -gt 0 ]; do
+  case "$1" in -d) d=$2; shift 2 ;; -n) n=$2; shift 2 ;; -D) D=$2; shift 2 ;; *) shift ;; esac
+done
+s=0
+while [ $s -lt $d ]; do
+  i=0
+  while [ $i -lt $n ]; do
+    c=$((2 + s + i))
+    printf '%5d RR .%d min=1.00us avg=2.00us max=3.00us read(Gbits/sec)=0.001 write(Gbits/sec)=0.001 count=%d\n' $s $i $c
+    j=1
+    while [ $j -le $c ]; do echo $((1000 * (s + 1) + j)) >> "$D/hugepage_thread_$i.txt"; j=$((j + 1)); done
+    i=$((i + 1))
+  done
+  printf '%5d RR Total-Throughput read(Gbits/sec)=0.002 write(Gbits/sec)=0.002\n' $s
+  s=$((s + 1))
+done
+printf '\n---\n'
+i=0
+while [ $i -lt $n ]; do printf '%2d nr_conn=1 nr_zero_io_conn=0\n' $i; i=$((i + 1)); done
+exit 0"#;
+
+#[test]
+fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
+    let (sandbox, _stop, addr) = board_project(20, "exit 0");
+    let bin = sandbox.path().join("bin");
+    let profile = std::fs::read_to_string(sandbox.path().join("hw/testbeds/board.yaml"))
+        .expect("profile")
+        .replace("sudo: \"\"\n", "sudo: sudo\nsudo_refresh_s: 1\n");
+    sandbox.write(
+        "hw/testbeds/board.yaml",
+        &format!(
+            "{profile}client:\n  start_cpu: 2\n  tpa: {bin}/tpa\n  fperf: {bin}/fperf\n  tpa_cfg: \"tcp {{tso = 0; }}\"\n",
+            bin = bin.display()
+        ),
+    );
+    // sudo needs a password until `sudo -v` ran once (the run's one prompt); then it runs the command.
+    fake(
+        &sandbox,
+        "sudo",
+        "stamp=\"$FAKE_LOG.fresh\"\ncase \"$1\" in\n  -v) touch \"$stamp\"; exit 0 ;;\n  -n) [ -e \"$stamp\" ] || exit 1; \
+         shift; [ \"$1\" = true ] || [ \"$1\" = -v ] && exit 0 ;;\nesac\n[ -e \"$stamp\" ] || exit 1\nexec \"$@\"",
+    );
+    fake(
+        &sandbox,
+        "tpa",
+        "[ \"$1\" = run ] || exit 2\nshift\nexec \"$@\"",
+    );
+    fake(&sandbox, "fperf", FAKE_FPERF);
+    let run = run_on_board(&sandbox);
+    let output = text(&run);
+    assert!(matches!(run.status.code(), Some(0 | 5)), "{output}");
+    let calls = std::fs::read_to_string(sandbox.path().join("calls.log")).expect("calls");
+    let lines: Vec<&str> = calls.lines().collect();
+    let first = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` in {calls}"))
+    };
+    let frac_fperf = lines
+        .iter()
+        .position(|l| l.starts_with("fperf ") && l.contains("-Z 1"))
+        .unwrap_or_else(|| panic!("fperf never ran against the board: {calls}"));
+    assert!(
+        first("sudo -n true") < first("sudo -v")
+            && first("sudo -v") < first("fperf ")
+            && first("../scripts/programfpga.sh") < frac_fperf,
+        "sudo checked and asked once before any fperf; the board programmed before its fperf: {calls}"
+    );
+    assert!(
+        lines[first("sudo -v")..].contains(&"sudo -n -v"),
+        "kept fresh after the prompt: {calls}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| **l == "sudo -v").count(),
+        1,
+        "{calls}"
+    );
+    let (host, port) = addr.rsplit_once(':').expect("addr");
+    assert!(
+        calls.contains(&format!(
+            "sudo timeout -k 15 122 env TPA_ID=client TPA_ETH_DEV=fake0 TPA_CFG=tcp {{tso = 0; }} {bin}/tpa run \
+             {bin}/fperf -c {host} -p {port} -S 2",
+            bin = bin.display()
+        )),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("env TPA_ID=client TPA_ETH_DEV=fake0 TPA_CFG=tcp {tso = 0; }"),
+        "{calls}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            sandbox
+                .results("scalability")
+                .join("latest/nodes/frac[m=4096,k=1,n=4]/summary.json"),
+        )
+        .expect("the fRAC point was measured"),
+    )
+    .expect("json");
+    assert_eq!(
+        summary["source"]["client"],
+        "real fperf (libtpa/DPDK) through the adapter"
+    );
+    assert_eq!(summary["members"][0]["client"], "fperf");
+    assert!(
+        summary["requests"].as_u64().is_some_and(|n| n > 0),
+        "{summary}"
+    );
+}
