@@ -28,6 +28,9 @@ pub enum AggregateError {
         line: usize,
         why: String,
     },
+    /// A `metrics.json` does not hold a `metrics` object of numbers.
+    #[error("{path}: {why}")]
+    Metrics { path: PathBuf, why: String },
     /// polars failed on a table (a join, an export, a read-back).
     #[error("table `{table}`: {why}")]
     Table { table: String, why: String },

@@ -1,12 +1,13 @@
-//! The tables as polars DataFrames: conversion from and to [`Table`], the `derive` and `compare`
-//! post-processing (joins and concatenation), and the CSV/Parquet exports and their read-back.
+//! The tables as polars DataFrames: conversion from and to [`Table`], the reduction of repeated rows
+//! (`stats: metrics`), the `derive` and `compare` post-processing (joins and concatenation), and the
+//! CSV/Parquet exports and their read-back.
 
 use std::path::Path;
 
 use polars::prelude::*;
 
 use crate::error::AggregateError;
-use crate::spec::{CompareSpec, DeriveStep, ScaleBy};
+use crate::spec::{CompareOp, CompareSpec, DeriveStep, ScaleBy};
 use crate::{Cell, Table};
 
 /// The column that marks rows computed by `derive` (1) rather than measured (0).
@@ -83,6 +84,35 @@ pub(crate) fn frame_to_table(name: &str, frame: &DataFrame) -> Result<Table, Agg
         }
     }
     Ok(table)
+}
+
+/// Rows equal in `group` reduced into one, in order of first appearance: each metric's mean (over its non-null
+/// values), its sample standard deviation (n − 1; null below two values) as `sd_name(metric)`, and the number
+/// of rows as `count`.
+pub(crate) fn reduce(
+    name: &str,
+    frame: DataFrame,
+    group: &[String],
+    metrics: &[String],
+    count: &str,
+    sd_name: impl Fn(&str) -> String,
+) -> Result<DataFrame, AggregateError> {
+    let error = polars_error(name);
+    let mut statistics: Vec<Expr> = Vec::with_capacity(metrics.len() * 2 + 1);
+    for metric in metrics {
+        let values = || col(metric.as_str()).cast(DataType::Float64);
+        statistics.push(values().mean().alias(metric.as_str()));
+        statistics.push(values().std(1).alias(sd_name(metric)));
+    }
+    statistics.push(len().cast(DataType::Float64).alias(count));
+    let lazy = frame.lazy();
+    let reduced = if group.is_empty() {
+        lazy.select(statistics)
+    } else {
+        let keys: Vec<Expr> = group.iter().map(|g| col(g.as_str())).collect();
+        lazy.group_by_stable(keys).agg(statistics)
+    };
+    reduced.collect().map_err(&error)
 }
 
 /// Applies the `derive` steps in order; `labels` are the table's label columns.
@@ -204,7 +234,9 @@ fn scale_by(
         .map_err(&error)
 }
 
-/// Adds `delta_<value>` = value − the baseline series' value among rows equal in `compare.on`.
+/// Adds `<op>_<value>` for each of `compare.values` against the baseline series' value among rows equal in
+/// `compare.on`: `delta_` = value − baseline, `ratio_` = value / baseline, `speedup_` = baseline / value. A
+/// quotient by zero is null, as is every column of a row without a baseline row.
 pub(crate) fn compare(
     name: &str,
     frame: DataFrame,
@@ -260,10 +292,23 @@ pub(crate) fn compare(
             ),
         ));
     }
+    let quotient = |numerator: Expr, denominator: Expr| {
+        when(denominator.clone().eq(lit(0.0)))
+            .then(lit(NULL).cast(DataType::Float64))
+            .otherwise(numerator.cast(DataType::Float64) / denominator.cast(DataType::Float64))
+    };
     let deltas: Vec<Expr> = compare
         .values
         .iter()
-        .map(|v| (col(v.as_str()) - col(base_name(v).as_str())).alias(format!("delta_{v}")))
+        .map(|v| {
+            let (value, baseline) = (col(v.as_str()), col(base_name(v).as_str()));
+            let compared = match compare.op {
+                CompareOp::Delta => value - baseline,
+                CompareOp::Ratio => quotient(value, baseline),
+                CompareOp::Speedup => quotient(baseline, value),
+            };
+            compared.alias(format!("{}_{v}", compare.op.prefix()))
+        })
         .collect();
     let helpers: Vec<String> = compare
         .values

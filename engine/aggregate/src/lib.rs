@@ -40,6 +40,16 @@
 //! # → cdf: labels, function, fragments, latency_us, fraction (always; `cdf:` refines it)
 //! ```
 //!
+//! ```yaml
+//! stats: metrics        # metrics.json: what `command` nodes extracted from their tools' output (RPCNIC)
+//! over: [rep]           # labels that tell repetitions apart (default none)
+//! # → summary: the labels except `over`, then per metric <metric> (mean), <metric>_sd, and n
+//! ```
+//! Each row source's labels are its sweep point and its node's `labels`; its metrics are numbers (or null).
+//! Rows equal in every label but those in `over` are reduced into one, in order of first appearance:
+//! `<metric>` is the mean of its non-null values, `<metric>_sd` their sample standard deviation (n − 1; null
+//! below two values) and `n` the number of rows. The metrics are the union over all rows.
+//!
 //! Any shape may add, applied to `summary` in this order:
 //!
 //! ```yaml
@@ -55,11 +65,13 @@
 //!   baseline: Transport
 //!   on: [n]                 # labels a row and its baseline row share
 //!   values: [median_us]     # → delta_median_us = value − baseline's value (0 on baseline rows)
+//!   op: delta               # or ratio: ratio_X = X / baseline; or speedup: speedup_X = baseline / X
 //! ```
 //! `scale_by` groups the measured rows by every other label; in each group the row with `X == base` is
 //! copied to each other `X` measured in that group, with `columns` multiplied by `X / base`, the other
 //! statistics null, `factor_column = X / unit` and `computed = 1`; measured rows get `factor_column` and
-//! `computed = 0`. Rows without a baseline row get a null delta; two baseline rows for one key are an error.
+//! `computed = 0`. Rows without a baseline row get a null delta (ratio, speedup), as does a quotient by zero; two
+//! baseline rows for one key are an error.
 //!
 //! # Quantiles
 //!
@@ -101,6 +113,7 @@
 mod error;
 mod expect;
 mod frame;
+mod metrics;
 mod quantile;
 mod samples;
 mod seconds;
@@ -113,8 +126,8 @@ pub use error::AggregateError;
 pub use expect::{Bound, Curve, Expectation, Flatter, Near, SlowerGrowth, evaluate};
 pub use fracflow_record::{Cell, ExpectationResult, Table};
 pub use spec::{
-    AggregateSpec, CdfSpec, CompareSpec, DEFAULT_CDF_POINTS, DEFAULT_EXACT_MAX_SAMPLES, DeriveStep,
-    LatencyField, ScaleBy, StatsKind,
+    AggregateSpec, CdfSpec, CompareOp, CompareSpec, DEFAULT_CDF_POINTS, DEFAULT_EXACT_MAX_SAMPLES,
+    DeriveStep, LatencyField, ScaleBy, StatsKind,
 };
 
 use quantile::{LatencySummary, QUANTILES, exact_cdf, exact_summary};
@@ -176,19 +189,29 @@ pub fn aggregate(
         )));
     }
     let labels = label_names(points)?;
-    let (summary, cdf) = match spec.stats {
-        StatsKind::Seconds => (seconds_summary(spec, points, &labels)?, None),
+    let (mut frame, cdf, summary_labels) = match spec.stats {
+        StatsKind::Seconds => {
+            let summary = seconds_summary(spec, points, &labels)?;
+            (frame::table_to_frame("summary", &summary)?, None, labels)
+        }
         StatsKind::Samples | StatsKind::Trace => {
             let (summary, cdf) = sample_tables(spec, points, &labels)?;
             let wants_cdf = spec.stats == StatsKind::Trace || spec.cdf.is_some();
-            (summary, wants_cdf.then_some(cdf))
+            let mut summary_labels = labels;
+            if spec.stats == StatsKind::Trace {
+                summary_labels.extend(["function".to_string(), "fragments".to_string()]);
+            }
+            (
+                frame::table_to_frame("summary", &summary)?,
+                wants_cdf.then_some(cdf),
+                summary_labels,
+            )
+        }
+        StatsKind::Metrics => {
+            let (summary, kept_labels) = metrics::summary(spec, points, &labels)?;
+            (summary, None, kept_labels)
         }
     };
-    let mut summary_labels = labels;
-    if spec.stats == StatsKind::Trace {
-        summary_labels.extend(["function".to_string(), "fragments".to_string()]);
-    }
-    let mut frame = frame::table_to_frame("summary", &summary)?;
     frame = frame::derive("summary", frame, &spec.derive, &summary_labels)?;
     if let Some(compare) = &spec.compare {
         frame = frame::compare("summary", frame, compare)?;
@@ -236,7 +259,7 @@ fn label_names(points: &[PointSource]) -> Result<Vec<String>, AggregateError> {
     Ok(names)
 }
 
-fn label_cells(point: &PointSource, labels: &[String]) -> Vec<Cell> {
+pub(crate) fn label_cells(point: &PointSource, labels: &[String]) -> Vec<Cell> {
     labels
         .iter()
         .map(|name| point.labels.get(name).cloned().unwrap_or(Cell::Null))

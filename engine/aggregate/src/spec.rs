@@ -47,9 +47,12 @@ pub struct AggregateSpec {
     /// Extra computed rows, applied in order to `summary`.
     #[serde(default)]
     pub derive: Vec<DeriveStep>,
-    /// Delta columns against a baseline series, applied to `summary` after `derive`.
+    /// Delta, ratio or speedup columns against a baseline series, applied to `summary` after `derive`.
     #[serde(default)]
     pub compare: Option<CompareSpec>,
+    /// `stats: metrics`: labels that tell repetitions apart; rows equal in every other label are reduced into one.
+    #[serde(default)]
+    pub over: Vec<String>,
 }
 
 /// Where the statistics come from.
@@ -62,6 +65,21 @@ pub enum StatsKind {
     Samples,
     /// `samples.parquet` of a trace replay, grouped by function and fragments (figure 18).
     Trace,
+    /// `metrics.json`: the values a `command` node extracted from its output, one row per node (RPCNIC's
+    /// speeds and timings), repetitions reduced to mean, sd and n.
+    Metrics,
+}
+
+impl StatsKind {
+    /// The name as written in YAML.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatsKind::Seconds => "seconds",
+            StatsKind::Samples => "samples",
+            StatsKind::Trace => "trace",
+            StatsKind::Metrics => "metrics",
+        }
+    }
 }
 
 /// Which latency column of `samples.parquet` the statistics use.
@@ -129,7 +147,7 @@ fn default_scaled_columns() -> Vec<String> {
     vec!["mean_us".to_string()]
 }
 
-/// The `compare:` block: `delta_<value> = value − the baseline row's value` for rows equal in `on`.
+/// The `compare:` block: for rows equal in `on`, each of `values` against the baseline row's value, as `op` says.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompareSpec {
@@ -139,8 +157,35 @@ pub struct CompareSpec {
     pub baseline: Cell,
     /// Labels that must be equal between a row and its baseline row.
     pub on: Vec<String>,
-    /// Statistic columns that get a `delta_` column.
+    /// Statistic columns that get a `<op>_` column.
     pub values: Vec<String>,
+    /// How a value is set against its baseline (default `delta`).
+    #[serde(default)]
+    pub op: CompareOp,
+}
+
+/// `compare.op`: the column each value gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareOp {
+    /// `delta_X = X − baseline`.
+    #[default]
+    Delta,
+    /// `ratio_X = X / baseline` (a rate against the baseline's rate, e.g. RPCNIC's deserializer speeds).
+    Ratio,
+    /// `speedup_X = baseline / X` (a time against the baseline's time).
+    Speedup,
+}
+
+impl CompareOp {
+    /// The prefix of the columns this op adds.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            CompareOp::Delta => "delta",
+            CompareOp::Ratio => "ratio",
+            CompareOp::Speedup => "speedup",
+        }
+    }
 }
 
 /// The validated, defaulted view of the spec's cut settings.
@@ -162,11 +207,15 @@ impl AggregateSpec {
             ("latency", self.latency != LatencyField::default()),
         ];
         match self.stats {
-            StatsKind::Seconds => {
+            StatsKind::Seconds | StatsKind::Metrics => {
                 if let Some((field, _)) = sample_only.iter().find(|(_, set)| *set) {
                     return bad(format!(
-                        "`{field}` applies to `stats: samples | trace`, not `seconds`"
+                        "`{field}` applies to `stats: samples | trace`, not `{}`",
+                        self.stats.name()
                     ));
+                }
+                if self.stats == StatsKind::Metrics && self.from_s.is_some() {
+                    return bad("`from_s` applies to `stats: seconds`, not `metrics`".into());
                 }
             }
             StatsKind::Samples | StatsKind::Trace => {
@@ -178,6 +227,12 @@ impl AggregateSpec {
                     .to_lowercase());
                 }
             }
+        }
+        if self.stats != StatsKind::Metrics && !self.over.is_empty() {
+            return bad(format!(
+                "`over` applies to `stats: metrics`, not `{}`",
+                self.stats.name()
+            ));
         }
         if self.stats != StatsKind::Trace {
             if !self.functions.is_empty() {

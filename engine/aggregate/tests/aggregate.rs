@@ -1075,3 +1075,233 @@ mod members {
         Ok(())
     }
 }
+
+mod metrics {
+    use super::*;
+
+    fn message(
+        result: Result<fracflow_aggregate::Aggregated, fracflow_aggregate::AggregateError>,
+    ) -> String {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A `metrics.json` as the `command` kind writes it.
+    fn write_metrics(dir: &Path, metrics: serde_json::Value) -> TestResult {
+        std::fs::create_dir_all(dir)?;
+        let record = serde_json::json!({"point": {}, "labels": {}, "metrics": metrics});
+        std::fs::write(dir.join("metrics.json"), record.to_string())?;
+        Ok(())
+    }
+
+    /// RPCNIC's deserializer: two designs, two messages, three repetitions each (speed in Gbit/s), plus one
+    /// message measured once.
+    fn deserializer_points(root: &Path) -> Result<Vec<PointSource>, Box<dyn std::error::Error>> {
+        let speeds = [
+            ("one-shot", 0.0, [90.0, 92.0, 94.0]),
+            ("field-by-field", 0.0, [30.0, 31.0, 32.0]),
+            ("one-shot", 1.0, [40.0, 40.0, 46.0]),
+            ("field-by-field", 1.0, [20.0, 20.0, 20.0]),
+        ];
+        let mut points = Vec::new();
+        for (design, idx, reps) in speeds {
+            for (rep, speed) in reps.into_iter().enumerate() {
+                let dir = root.join(format!("{design}_{idx}_{rep}"));
+                write_metrics(
+                    &dir,
+                    serde_json::json!({"speed": speed, "size": 1000.0 + idx}),
+                )?;
+                points.push(point(
+                    dir,
+                    &[
+                        ("design", text(design)),
+                        ("idx", num(idx)),
+                        ("rep", num(rep as f64)),
+                    ],
+                ));
+            }
+        }
+        let dir = root.join("once");
+        write_metrics(&dir, serde_json::json!({"speed": 50.0, "size": null}))?;
+        points.push(point(
+            dir,
+            &[
+                ("design", text("one-shot")),
+                ("idx", num(2.0)),
+                ("rep", num(0.0)),
+            ],
+        ));
+        Ok(points)
+    }
+
+    #[test]
+    fn repetitions_reduce_to_mean_sample_sd_and_count() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let points = deserializer_points(tmp.path())?;
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"metrics","over":["rep"]}"#)?,
+            &points,
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        // The labels but `rep`, in the points' label order, then each metric, its sd, and n.
+        assert_eq!(
+            summary.columns,
+            ["design", "idx", "size", "size_sd", "speed", "speed_sd", "n"]
+        );
+        assert_eq!(summary.rows.len(), 5, "{:?}", summary.rows);
+        let key = |design: &str, idx: f64| [("design", text(design)), ("idx", num(idx))];
+        assert_close(value(summary, &key("one-shot", 0.0), "speed"), 92.0);
+        // Sample sd (n − 1) of 90, 92, 94 is 2; of 40, 40, 46 it is √12.
+        assert_close(value(summary, &key("one-shot", 0.0), "speed_sd"), 2.0);
+        assert_close(
+            value(summary, &key("one-shot", 1.0), "speed_sd"),
+            12f64.sqrt(),
+        );
+        assert_close(value(summary, &key("field-by-field", 1.0), "speed_sd"), 0.0);
+        assert_close(value(summary, &key("one-shot", 1.0), "n"), 3.0);
+        // One row: the sd is undefined (null); a metric that is null everywhere has a null mean.
+        assert_eq!(
+            cell(summary, &key("one-shot", 2.0), "speed_sd"),
+            &Cell::Null
+        );
+        assert_close(value(summary, &key("one-shot", 2.0), "n"), 1.0);
+        assert_eq!(cell(summary, &key("one-shot", 2.0), "size"), &Cell::Null);
+        // Rows keep the order in which their first repetition came.
+        assert_eq!(summary.get(0, "design"), Some(&text("one-shot")));
+        assert_eq!(summary.get(1, "design"), Some(&text("field-by-field")));
+        assert_exports_round_trip(&out, &result.tables)?;
+        Ok(())
+    }
+
+    #[test]
+    fn compare_ratio_and_speedup_against_the_baseline_design() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let points = deserializer_points(tmp.path())?;
+        let out = tmp.path().join("out");
+        let ratio = aggregate(
+            &spec(
+                r#"{"stats":"metrics","over":["rep"],
+                    "compare":{"column":"design","baseline":"field-by-field","on":["idx"],"values":["speed"],"op":"ratio"}}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        let summary = &ratio.tables["summary"];
+        let key = |design: &str, idx: f64| [("design", text(design)), ("idx", num(idx))];
+        // ratio_X = X / baseline: 92 / 31 and 42 / 20; the baseline rows get 1; idx 2 has no baseline row.
+        assert_close(
+            value(summary, &key("one-shot", 0.0), "ratio_speed"),
+            92.0 / 31.0,
+        );
+        assert_close(
+            value(summary, &key("one-shot", 1.0), "ratio_speed"),
+            42.0 / 20.0,
+        );
+        assert_close(
+            value(summary, &key("field-by-field", 0.0), "ratio_speed"),
+            1.0,
+        );
+        assert_eq!(
+            cell(summary, &key("one-shot", 2.0), "ratio_speed"),
+            &Cell::Null
+        );
+        assert!(summary.column("delta_speed").is_none());
+        assert_exports_round_trip(&out, &ratio.tables)?;
+
+        // speedup_X = baseline / X: times, where smaller is faster.
+        let speedup = aggregate(
+            &spec(
+                r#"{"stats":"metrics","over":["rep"],
+                    "compare":{"column":"design","baseline":"field-by-field","on":["idx"],"values":["speed"],"op":"speedup"}}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        let summary = &speedup.tables["summary"];
+        assert_close(
+            value(summary, &key("one-shot", 0.0), "speedup_speed"),
+            31.0 / 92.0,
+        );
+        assert_close(
+            value(summary, &key("one-shot", 1.0), "speedup_speed"),
+            20.0 / 42.0,
+        );
+
+        // A zero baseline gives a null quotient, not an infinity in the exports.
+        let zero = tmp.path().join("zero");
+        let mut with_zero = Vec::new();
+        for (design, speed) in [("field-by-field", 0.0), ("one-shot", 5.0)] {
+            let dir = zero.join(design);
+            write_metrics(&dir, serde_json::json!({"speed": speed}))?;
+            with_zero.push(point(dir, &[("design", text(design)), ("idx", num(0.0))]));
+        }
+        let divided = aggregate(
+            &spec(
+                r#"{"stats":"metrics","compare":{"column":"design","baseline":"field-by-field","on":["idx"],"values":["speed"],"op":"ratio"}}"#,
+            )?,
+            &with_zero,
+            &zero,
+        )?;
+        let summary = &divided.tables["summary"];
+        assert_eq!(
+            cell(summary, &key("one-shot", 0.0), "ratio_speed"),
+            &Cell::Null
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_metric_rows_and_specs_are_named() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let points = deserializer_points(tmp.path())?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"metrics","over":["repetition"]}"#)?,
+            &points,
+            tmp.path(),
+        ));
+        assert!(error.contains("`over` names `repetition`"), "{error}");
+        let error = message(aggregate(
+            &spec(r#"{"stats":"seconds","over":["rep"]}"#)?,
+            &points,
+            tmp.path(),
+        ));
+        assert!(
+            error.contains("`over` applies to `stats: metrics`"),
+            "{error}"
+        );
+        let error = message(aggregate(
+            &spec(r#"{"stats":"metrics","skip_s":1}"#)?,
+            &points,
+            tmp.path(),
+        ));
+        assert!(error.contains("not `metrics`"), "{error}");
+
+        // A text metric (a capture without `base` that was no number) names the file and the metric.
+        let text_dir = tmp.path().join("text");
+        write_metrics(&text_dir, serde_json::json!({"len": "1f6"}))?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"metrics"}"#)?,
+            &[point(text_dir.clone(), &[("idx", num(0.0))])],
+            tmp.path(),
+        ));
+        assert!(
+            error.contains(&text_dir.join("metrics.json").display().to_string())
+                && error.contains("metric `len`"),
+            "{error}"
+        );
+        // A metric named like a label would make two columns of one name.
+        let clash = tmp.path().join("clash");
+        write_metrics(&clash, serde_json::json!({"idx": 1.0}))?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"metrics"}"#)?,
+            &[point(clash, &[("idx", num(0.0))])],
+            tmp.path(),
+        ));
+        assert!(error.contains("two columns named `idx`"), "{error}");
+        Ok(())
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fracflow_aggregate::{AggregateSpec, Expectation, PointSource};
+use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
 use fracflow_record::{Cell, ExpectationResult, Provenance, Table};
@@ -50,14 +50,16 @@ fn cell(value: &serde_json::Value) -> Cell {
     }
 }
 
-/// `aggregate`: every dependency with a measurement `summary.json` is a point.
+/// `aggregate`: every dependency with a measurement `summary.json` is a point; with `stats: metrics`, every
+/// dependency with a `metrics.json` (a `command` node's extracted values) is a row.
 #[derive(Debug, Default)]
 pub struct AggregateKind;
 
 impl Executor for AggregateKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         crate::kind_config::<AggregateSpec>(spec)?;
-        Ok(info(1))
+        // 2: `stats: metrics` and `compare.op`.
+        Ok(info(2))
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
@@ -73,47 +75,11 @@ impl Executor for AggregateKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let spec: AggregateSpec = crate::kind_config(job.spec)?;
-        let mut points = Vec::new();
-        for dir in job.inputs.values() {
-            let summary = dir.join("summary.json");
-            if !summary.is_file() {
-                continue;
-            }
-            let text = std::fs::read_to_string(&summary)
-                .map_err(|e| failed(job.spec, format!("{}: {e}", summary.display())))?;
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| failed(job.spec, format!("{}: {e}", summary.display())))?;
-            let labels = point_labels(&value);
-            let members = value["members"].as_array().map_or(&[][..], Vec::as_slice);
-            let labelled: Vec<&serde_json::Map<String, serde_json::Value>> = members
-                .iter()
-                .filter_map(|m| m["labels"].as_object())
-                .collect();
-            if members.len() > 1 && labelled.len() == members.len() {
-                // Client processes that ran at once with labels of their own: one point each.
-                for (member, own) in labelled.into_iter().enumerate() {
-                    let mut labels = labels.clone();
-                    labels.extend(own.iter().map(|(k, v)| (k.clone(), cell(v))));
-                    points.push(PointSource {
-                        labels,
-                        dir: dir.clone(),
-                        member: Some(member as u64),
-                    });
-                }
-            } else {
-                points.push(PointSource {
-                    labels,
-                    dir: dir.clone(),
-                    member: None,
-                });
-            }
-        }
-        if points.is_empty() {
-            return Err(failed(
-                job.spec,
-                "no dependency is a measurement (no summary.json among the deps' outputs)",
-            ));
-        }
+        let points = if spec.stats == StatsKind::Metrics {
+            metric_rows(job)?
+        } else {
+            measured_points(job)?
+        };
         let aggregated = fracflow_aggregate::aggregate(&spec, &points, job.out_dir)
             .map_err(|e| failed(job.spec, e))?;
         let rows: usize = aggregated.tables.values().map(|t| t.rows.len()).sum();
@@ -123,6 +89,80 @@ impl Executor for AggregateKind {
         ]);
         Ok(Outcome { metrics })
     }
+}
+
+/// Reads a dependency's JSON record (`summary.json`, `metrics.json`).
+fn read_record(job: &Job<'_>, path: &Path) -> Result<serde_json::Value, NodeError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))
+}
+
+/// `stats: metrics`: one row per dependency with a `metrics.json`, labelled like a measured point.
+fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
+    let mut rows = Vec::new();
+    for dir in job.inputs.values() {
+        let path = dir.join(crate::command::METRICS_FILE);
+        if !path.is_file() {
+            continue;
+        }
+        let record = read_record(job, &path)?;
+        rows.push(PointSource {
+            labels: point_labels(&record),
+            dir: dir.clone(),
+            member: None,
+        });
+    }
+    if rows.is_empty() {
+        return Err(failed(
+            job.spec,
+            "no dependency left a metrics.json (a `command` node with `metrics:` writes one)",
+        ));
+    }
+    Ok(rows)
+}
+
+/// Every dependency with a measurement `summary.json`: a point, or one per labelled client process.
+fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
+    let mut points = Vec::new();
+    for dir in job.inputs.values() {
+        let summary = dir.join("summary.json");
+        if !summary.is_file() {
+            continue;
+        }
+        let value = read_record(job, &summary)?;
+        let labels = point_labels(&value);
+        let members = value["members"].as_array().map_or(&[][..], Vec::as_slice);
+        let labelled: Vec<&serde_json::Map<String, serde_json::Value>> = members
+            .iter()
+            .filter_map(|m| m["labels"].as_object())
+            .collect();
+        if members.len() > 1 && labelled.len() == members.len() {
+            // Client processes that ran at once with labels of their own: one point each.
+            for (member, own) in labelled.into_iter().enumerate() {
+                let mut labels = labels.clone();
+                labels.extend(own.iter().map(|(k, v)| (k.clone(), cell(v))));
+                points.push(PointSource {
+                    labels,
+                    dir: dir.clone(),
+                    member: Some(member as u64),
+                });
+            }
+        } else {
+            points.push(PointSource {
+                labels,
+                dir: dir.clone(),
+                member: None,
+            });
+        }
+    }
+    if points.is_empty() {
+        return Err(failed(
+            job.spec,
+            "no dependency is a measurement (no summary.json among the deps' outputs)",
+        ));
+    }
+    Ok(points)
 }
 
 /// Every table (`NAME.parquet`, else `NAME.csv`) in the dependencies' outputs, by name.

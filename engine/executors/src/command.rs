@@ -5,6 +5,13 @@
 //! dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased, every other
 //! character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
 //! transient failures, retried up to the node's `retries`; every other failure is final.
+//!
+//! After a successful exit, every `require` pattern must match the stdout (a provenance banner such as
+//! `################ BENCH 3 ################`), then the `metrics` are read from it: a regex's k-th match
+//! (`match`, 1-based, negative from the end; default the last) parsed in a `base` (10, 16 without `0x`, or
+//! `auto`: `0x…` as hex, else a decimal float), or a JSON path. A node with `metrics` or `labels` writes
+//! `metrics.json` (`{"point", "labels", "metrics"}`), which an `aggregate` node with `stats: metrics` reads as
+//! one row; the loader adds it to the node's outputs.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -35,11 +42,52 @@ enum Run {
     Argv(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Metric {
-    Regex(String),
-    Json(String),
+/// The file a node with `metrics` or `labels` writes into its outputs (the loader declares it).
+pub const METRICS_FILE: &str = "metrics.json";
+
+/// How one metric is read from the stdout: exactly one of `regex` and `json`; `match` and `base` go with `regex`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metric {
+    #[serde(default)]
+    regex: Option<String>,
+    #[serde(default)]
+    json: Option<String>,
+    /// 1-based index of the match; negative counts from the end (−1, the default, is the last).
+    #[serde(default, rename = "match")]
+    nth: Option<i64>,
+    #[serde(default)]
+    base: Option<Base>,
+}
+
+/// The base a regex capture is read in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Base {
+    Decimal,
+    /// Hex digits, with or without `0x` (RPCNIC's dumps print hex without it).
+    Hex,
+    /// `0x…` as hex, anything else as a decimal float.
+    Auto,
+}
+
+impl<'de> Deserialize<'de> for Base {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Base, D::Error> {
+        // The loader normalises to 10, 16 or "auto"; a template may have left the number as text.
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match value
+            .as_u64()
+            .map(|n| n.to_string())
+            .as_deref()
+            .or(value.as_str())
+        {
+            Some("10") => Ok(Base::Decimal),
+            Some("16") => Ok(Base::Hex),
+            Some("auto") => Ok(Base::Auto),
+            _ => Err(serde::de::Error::custom(format!(
+                "`base` is 10, 16 or auto, not {value}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,6 +98,10 @@ struct CommandConfig {
     cwd: Option<PathBuf>,
     #[serde(default)]
     metrics: BTreeMap<String, Metric>,
+    #[serde(default)]
+    require: Vec<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, serde_json::Value>,
     #[serde(default = "default_success")]
     success_codes: Vec<i32>,
 }
@@ -59,7 +111,16 @@ fn default_success() -> Vec<i32> {
 }
 
 fn config(spec: &NodeSpec) -> Result<CommandConfig, NodeError> {
-    crate::kind_config(spec)
+    let config: CommandConfig = crate::kind_config(spec)?;
+    for (name, metric) in &config.metrics {
+        metric.check().map_err(|why| {
+            NodeError::permanent(format!(
+                "node `{}` (at {}): metric `{name}`: {why}",
+                spec.id, spec.origin
+            ))
+        })?;
+    }
+    Ok(config)
 }
 
 /// `gen[m=1024]` → `FRACFLOW_DEP_GEN_M_1024`.
@@ -81,7 +142,8 @@ impl Executor for CommandKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         config(spec)?;
         Ok(KindInfo {
-            version: 1,
+            // 2: `require`, `labels`, k-th match and bases, and `metrics.json`.
+            version: 2,
             tools: BTreeMap::new(),
             cacheable: true,
         })
@@ -211,52 +273,144 @@ impl Executor for CommandKind {
                 )));
             }
         }
+        let failed = |why: String| NodeError::permanent(format!("node `{}`: {why}", spec.id));
+        for pattern in &config.require {
+            let regex = regex::Regex::new(pattern).map_err(|e| {
+                failed(format!("`require` pattern `{pattern}` is not a regex: {e}"))
+            })?;
+            if !regex.is_match(&captured) {
+                return Err(failed(format!(
+                    "its output does not match the required pattern `{pattern}` (see the log for what it printed)"
+                )));
+            }
+        }
         let mut metrics = BTreeMap::new();
         for (name, metric) in &config.metrics {
-            let value = extract(metric, &captured).ok_or_else(|| {
-                NodeError::permanent(format!(
-                    "node `{}`: metric `{name}` not found in its output",
-                    spec.id
-                ))
-            })?;
+            let value = extract(metric, &captured)
+                .map_err(|why| failed(format!("metric `{name}`: {why}")))?;
             metrics.insert(name.clone(), value);
+        }
+        if !config.metrics.is_empty() || !config.labels.is_empty() {
+            let path = job.out_dir.join(METRICS_FILE);
+            // The file is fracflow's record of this node's row; a command that wrote its own would be overwritten.
+            if path.exists() {
+                return Err(failed(format!(
+                    "the command wrote {METRICS_FILE} itself, but fracflow writes that file for nodes with `metrics` or `labels`; name the command's file differently"
+                )));
+            }
+            let record = serde_json::json!({
+                "point": spec.point,
+                "labels": config.labels,
+                "metrics": metrics,
+            });
+            fs::write(&path, record.to_string())
+                .map_err(|e| failed(format!("{}: {e}", path.display())))?;
         }
         Ok(Outcome { metrics })
     }
 }
 
-fn extract(metric: &Metric, stdout: &str) -> Option<serde_json::Value> {
-    match metric {
-        Metric::Regex(pattern) => {
-            let regex = regex::Regex::new(pattern).ok()?;
-            let captures = regex.captures_iter(stdout).last()?;
-            let text = captures
-                .name("value")
-                .or_else(|| captures.get(1))
-                .or_else(|| captures.get(0))?
-                .as_str();
-            Some(scalar(text))
+impl Metric {
+    /// Exactly one source; `match` and `base` only with `regex`; `match` is never 0.
+    fn check(&self) -> Result<(), String> {
+        match (&self.regex, &self.json) {
+            (Some(_), Some(_)) => return Err("give `regex` or `json`, not both".to_owned()),
+            (None, None) => return Err("needs `regex` or `json`".to_owned()),
+            (None, Some(_)) if self.nth.is_some() || self.base.is_some() => {
+                return Err("`match` and `base` apply to `regex` only".to_owned());
+            }
+            _ => {}
         }
-        Metric::Json(path) => {
-            // The whole stdout, or else its last line that parses (tools often print a banner first).
-            let document: serde_json::Value = serde_json::from_str(stdout).ok().or_else(|| {
-                stdout
-                    .lines()
-                    .rev()
-                    .find_map(|l| serde_json::from_str(l).ok())
-            })?;
-            json_path(&document, path).cloned()
+        if self.nth == Some(0) {
+            return Err(
+                "`match` counts from 1 (or from the end with −1, −2, …); 0 is no match".to_owned(),
+            );
         }
+        Ok(())
     }
 }
 
-fn scalar(text: &str) -> serde_json::Value {
-    text.trim()
-        .parse::<f64>()
+/// The metric's value in `stdout`, or why there is none.
+fn extract(metric: &Metric, stdout: &str) -> Result<serde_json::Value, String> {
+    if let Some(pattern) = &metric.regex {
+        let regex =
+            regex::Regex::new(pattern).map_err(|e| format!("`{pattern}` is not a regex: {e}"))?;
+        let matches: Vec<regex::Captures<'_>> = regex.captures_iter(stdout).collect();
+        let nth = metric.nth.unwrap_or(-1);
+        let index = if nth > 0 {
+            usize::try_from(nth - 1).ok()
+        } else {
+            usize::try_from(-nth)
+                .ok()
+                .and_then(|back| matches.len().checked_sub(back))
+        };
+        let Some(captures) = index.and_then(|i| matches.get(i)) else {
+            return Err(if matches.is_empty() {
+                format!("not found in its output (no match of `{pattern}`)")
+            } else {
+                format!(
+                    "`{pattern}` matched {} time(s) in its output, too few for `match: {nth}`",
+                    matches.len()
+                )
+            });
+        };
+        let text = captures
+            .name("value")
+            .or_else(|| captures.get(1))
+            .or_else(|| captures.get(0))
+            .map_or("", |m| m.as_str());
+        return match metric.base {
+            // Without `base` a capture that is no number stays text (a version string, a name).
+            None => Ok(parse(text, Base::Auto)
+                .unwrap_or_else(|| serde_json::Value::String(text.to_owned()))),
+            Some(base) => parse(text, base).ok_or_else(|| {
+                let shown = match base {
+                    Base::Decimal => "a decimal number",
+                    Base::Hex => "a hex number",
+                    Base::Auto => "a number (decimal, or hex with 0x)",
+                };
+                format!("`{text}` (match {nth} of `{pattern}`) is not {shown}")
+            }),
+        };
+    }
+    let path = metric.json.as_deref().unwrap_or("$");
+    // The whole stdout, or else its last line that parses (tools often print a banner first).
+    let document: serde_json::Value = serde_json::from_str(stdout)
+        .ok()
+        .or_else(|| {
+            stdout
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str(l).ok())
+        })
+        .ok_or_else(|| "its output holds no JSON document".to_owned())?;
+    json_path(&document, path)
+        .cloned()
+        .ok_or_else(|| format!("no `{path}` in the JSON it printed"))
+}
+
+/// `text` as a number in `base`; hex becomes an integer, decimal a float.
+fn parse(text: &str, base: Base) -> Option<serde_json::Value> {
+    let text = text.trim();
+    let hex_digits = |digits: &str| {
+        u64::from_str_radix(digits, 16)
+            .ok()
+            .map(serde_json::Value::from)
+    };
+    let prefixed = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X"));
+    match base {
+        Base::Hex => hex_digits(prefixed.unwrap_or(text)),
+        Base::Auto if prefixed.is_some() => prefixed.and_then(hex_digits),
+        Base::Auto | Base::Decimal => scalar(text),
+    }
+}
+
+/// A decimal float (`1234`, `5.5`, `1e3`); NaN and infinities are not JSON numbers.
+fn scalar(text: &str) -> Option<serde_json::Value> {
+    text.parse::<f64>()
         .ok()
         .and_then(serde_json::Number::from_f64)
         .map(serde_json::Value::Number)
-        .unwrap_or_else(|| serde_json::Value::String(text.to_owned()))
 }
 
 /// `$.a.b[2].c` or `a.b.2.c`.
@@ -280,22 +434,195 @@ fn json_path<'a>(document: &'a serde_json::Value, path: &str) -> Option<&'a serd
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fracflow_core::{Cancel, Origin, RunIdentity};
+
+    fn regex(pattern: &str, nth: Option<i64>, base: Option<Base>) -> Metric {
+        Metric {
+            regex: Some(pattern.to_owned()),
+            json: None,
+            nth,
+            base,
+        }
+    }
 
     #[test]
     fn extracts_regex_and_json_metrics() {
         let out = "banner\ntps=1234 lat=5.5us\n{\"lat\": {\"p\": [1, 2.5]}}\n";
         assert_eq!(
-            extract(&Metric::Regex(r"tps=(\d+)".into()), out),
-            Some(serde_json::json!(1234.0))
+            extract(&regex(r"tps=(\d+)", None, None), out),
+            Ok(serde_json::json!(1234.0))
         );
-        assert_eq!(
-            extract(&Metric::Json("$.lat.p[1]".into()), out),
-            Some(serde_json::json!(2.5))
-        );
-        assert_eq!(extract(&Metric::Regex(r"nothing=(\d+)".into()), out), None);
+        let json = Metric {
+            regex: None,
+            json: Some("$.lat.p[1]".into()),
+            nth: None,
+            base: None,
+        };
+        assert_eq!(extract(&json, out), Ok(serde_json::json!(2.5)));
+        let missing = extract(&regex(r"nothing=(\d+)", None, None), out);
+        assert!(missing.is_err_and(|e| e.contains("not found")));
         assert_eq!(
             dep_variable("gen[m=1024,n=4]"),
             "FRACFLOW_DEP_GEN_M_1024_N_4"
         );
+    }
+
+    #[test]
+    fn the_kth_match_counts_from_the_start_or_from_the_end() {
+        // serialize_co prints the same label twice: the software part first, the total second.
+        let out = "Serialize() timeing: 1.5 us\nSerialize() timeing: 4.25 us\nSerialize() timeing: 9 us\n";
+        let pattern = r"timeing: ([0-9.]+) us";
+        let nth = |k| extract(&regex(pattern, Some(k), None), out);
+        assert_eq!(nth(1), Ok(serde_json::json!(1.5)));
+        assert_eq!(nth(2), Ok(serde_json::json!(4.25)));
+        assert_eq!(nth(-1), Ok(serde_json::json!(9.0)));
+        assert_eq!(nth(-3), Ok(serde_json::json!(1.5)));
+        for beyond in [4, -4] {
+            let error = nth(beyond).expect_err("no such match");
+            assert!(error.contains("matched 3 time(s)"), "{error}");
+        }
+        assert!(regex(pattern, Some(0), None).check().is_err());
+    }
+
+    #[test]
+    fn bases_read_hex_without_prefix_and_reject_what_does_not_parse() {
+        // EXP.md's serialize_hw sample: `host_serialized_len = 1f6`, `p_c2h_buffer_size = 16680` (hex).
+        let out = "host_serialized_len = 1f6\np_c2h_buffer_size = 16680\nspeed: 0x20\n";
+        let len = |base| extract(&regex(r"host_serialized_len = (\S+)", None, base), out);
+        assert_eq!(len(Some(Base::Hex)), Ok(serde_json::json!(502)));
+        let c2h = extract(
+            &regex(r"p_c2h_buffer_size = (\S+)", None, Some(Base::Hex)),
+            out,
+        );
+        assert_eq!(c2h, Ok(serde_json::json!(91776)));
+        let error = len(Some(Base::Decimal)).expect_err("1f6 is no decimal");
+        assert!(
+            error.contains("`1f6`") && error.contains("decimal"),
+            "{error}"
+        );
+        let error = len(Some(Base::Auto)).expect_err("auto needs 0x for hex");
+        assert!(error.contains("`1f6`"), "{error}");
+        let speed = |base| extract(&regex(r"speed: (\S+)", None, base), out);
+        assert_eq!(speed(Some(Base::Auto)), Ok(serde_json::json!(32)));
+        assert_eq!(speed(None), Ok(serde_json::json!(32)));
+        // Without `base`, text that is no number stays text, as before bases existed.
+        assert_eq!(len(None), Ok(serde_json::json!("1f6")));
+        let decoded: Metric =
+            serde_json::from_value(serde_json::json!({"regex": "x", "match": 2, "base": 16}))
+                .expect("map form");
+        assert_eq!(decoded, regex("x", Some(2), Some(Base::Hex)));
+        let auto: Metric =
+            serde_json::from_value(serde_json::json!({"regex": "x", "base": "auto"}))
+                .expect("auto");
+        assert_eq!(auto.base, Some(Base::Auto));
+        assert!(
+            serde_json::from_value::<Metric>(serde_json::json!({"regex": "x", "base": 8})).is_err()
+        );
+        let json_with_base = Metric {
+            regex: None,
+            json: Some("$.a".into()),
+            nth: None,
+            base: Some(Base::Hex),
+        };
+        assert!(json_with_base.check().is_err());
+    }
+
+    /// Runs a `command` node with `config` in a fresh directory: its result and its output directory.
+    fn run_node(config: serde_json::Value) -> (Result<Outcome, NodeError>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("out");
+        fs::create_dir_all(&out).expect("out dir");
+        let log = dir.path().join("node.log");
+        fs::write(&log, "").expect("log");
+        let config = match config {
+            serde_json::Value::Object(map) => map.into_iter().collect(),
+            other => panic!("config must be an object: {other}"),
+        };
+        let spec = NodeSpec {
+            id: "run[bench=3,idx=7]".into(),
+            name: "run".into(),
+            kind: "command".into(),
+            config,
+            point: BTreeMap::from([
+                ("bench".to_owned(), serde_json::json!(3)),
+                ("idx".to_owned(), serde_json::json!(7)),
+            ]),
+            deps: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            resources: Vec::new(),
+            retries: 0,
+            timeout: None,
+            estimate: None,
+            origin: Origin {
+                file: "pipelines/p.yaml".into(),
+                line: 1,
+                column: 1,
+            },
+        };
+        let inputs = BTreeMap::new();
+        let cancel = Cancel::new();
+        let identity = RunIdentity::default();
+        let job = Job {
+            spec: &spec,
+            root: dir.path(),
+            out_dir: &out,
+            inputs: &inputs,
+            log: &log,
+            cancel: &cancel,
+            attempt: 0,
+            run: &identity,
+        };
+        (CommandKind.execute(&job), dir)
+    }
+
+    #[test]
+    fn a_missing_required_banner_fails_the_node_naming_the_pattern() {
+        let (result, _dir) = run_node(serde_json::json!({
+            "run": "echo '################ BENCH 1 ################'; echo 'speed: 9.5'",
+            "require": ["BENCH 3 #"],
+            "metrics": {"speed": {"regex": "speed: (\\S+)"}},
+        }));
+        let error = result.expect_err("BENCH 1 is not BENCH 3");
+        assert!(!error.transient);
+        assert!(
+            error.message.contains("`BENCH 3 #`") && error.message.contains("run[bench=3,idx=7]"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn metrics_and_labels_are_written_with_the_point() {
+        let (result, dir) = run_node(serde_json::json!({
+            "run": "echo '################ BENCH 3 ################'; echo 'len = 1f6'; echo 'speed: 92.5'",
+            "require": ["(?m)^#+ BENCH 3 #+$"],
+            "metrics": {
+                "speed": {"regex": "speed: (\\S+)"},
+                "len": {"regex": "len = (\\S+)", "base": 16},
+            },
+            "labels": {"design": "one-shot"},
+        }));
+        let outcome = result.expect("the node succeeds");
+        assert_eq!(outcome.metrics["len"], serde_json::json!(502));
+        let written: serde_json::Value = serde_json::from_slice(
+            &fs::read(dir.path().join("out").join(METRICS_FILE)).expect("metrics.json"),
+        )
+        .expect("json");
+        assert_eq!(
+            written,
+            serde_json::json!({
+                "point": {"bench": 3, "idx": 7},
+                "labels": {"design": "one-shot"},
+                "metrics": {"speed": 92.5, "len": 502},
+            })
+        );
+        // A value that does not parse in its base fails the node, naming the metric.
+        let (result, _dir) = run_node(serde_json::json!({
+            "run": "echo 'len = 1f6'",
+            "metrics": {"len": {"regex": "len = (\\S+)", "base": 10}},
+        }));
+        let error = result.expect_err("1f6 is not decimal");
+        assert!(error.message.contains("metric `len`"), "{}", error.message);
     }
 }

@@ -516,6 +516,11 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
             Err(None) => BTreeMap::new(),
         };
+        for implied in (def.kind.implied_outputs)(&config) {
+            if !outputs.iter().any(|o| o == implied) {
+                outputs.push(implied.to_owned());
+            }
+        }
         let origin = Origin {
             file: self.lx.src.shown_path(def.name_loc.file).to_path_buf(),
             line: def.name_loc.line as usize,

@@ -47,9 +47,18 @@ pub(crate) struct CommandKind {
     /// Working directory, relative to the project root (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Values the node reports, by name.
+    /// Values the node reports, by name, read from its standard output. With `metrics` or `labels` the node
+    /// also writes `metrics.json` (its sweep point, labels and metrics: one row for `aggregate` with
+    /// `stats: metrics`), added to its outputs.
     #[serde(default, skip_serializing_if = "OrderedMap::is_empty")]
     pub metrics: OrderedMap<Metric>,
+    /// Regexes that must all match the standard output, or the node fails naming the one that did not (a
+    /// provenance banner such as `BENCH {bench}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<String>,
+    /// Labels of the node's row in `metrics.json`, beside its sweep point, e.g. `{design: one-shot}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, serde_json::Value>,
     /// Exit codes that count as success (default: `[0]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_codes: Option<Vec<i32>>,
@@ -60,7 +69,24 @@ pub(crate) struct CommandKind {
 #[serde(deny_unknown_fields)]
 pub(crate) struct GroupKind {}
 
-impl Kind for CommandKind {}
+/// The file a `command` node with `metrics` or `labels` writes (the executor's `METRICS_FILE`).
+const METRICS_FILE: &str = "metrics.json";
+
+impl Kind for CommandKind {
+    fn implied_outputs(config: &Config) -> Vec<&'static str> {
+        let non_empty = |key: &str| {
+            config
+                .get(key)
+                .and_then(|v| v.as_object())
+                .is_some_and(|m| !m.is_empty())
+        };
+        if non_empty("metrics") || non_empty("labels") {
+            vec![METRICS_FILE]
+        } else {
+            Vec::new()
+        }
+    }
+}
 impl Kind for GroupKind {}
 
 /// `hls`: compiles one accelerator, `hw/accelerators/<unit>/`, into the kernel its partials carry. The
@@ -360,14 +386,19 @@ pub(crate) struct TraceSpec {
     pub seed: u64,
 }
 
-/// `aggregate`: its dependencies' per-request samples and per-second records → summary tables (`summary.csv`,
-/// `summary.parquet`, and `cdf.*` when asked). The keys are fracflow-aggregate's spec (see its docs); they are
+/// `aggregate`: its dependencies' per-request samples, per-second records or extracted metrics → summary tables
+/// (`summary.csv`, `summary.parquet`, and `cdf.*` when asked). The keys are fracflow-aggregate's spec (see its docs); they are
 /// checked in full when the run starts.
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AggregateKind {
-    /// `seconds` (per-second values, figs 13–15), `samples` (raw samples, figs 16–17) or `trace` (fig 18).
+    /// `seconds` (per-second values, figs 13–15), `samples` (raw samples, figs 16–17), `trace` (fig 18) or
+    /// `metrics` (one row per dependency's `metrics.json`, the rows of repeated runs reduced to mean, sd and n).
     pub stats: String,
+    /// `stats: metrics`: labels that tell repetitions apart (`[rep]`); rows equal in every other label are
+    /// reduced into one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_s: Option<Tpl<Number>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -933,14 +964,140 @@ fn subdirectories(dir: &Path) -> Vec<String> {
     names
 }
 
-/// How a metric is read.
-#[derive(Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum Metric {
-    /// A regex over the node's standard output; its first capture group is the value.
-    Regex(String),
-    /// A path (e.g. `$.latency.p50`) into the JSON the node writes to standard output.
-    Json(String),
+/// How a metric is read: `{regex: PATTERN}` (the first capture group, or the group named `value`, of the last
+/// match), `{regex: PATTERN, match: K, base: 16}`, or `{json: PATH}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Metric {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regex: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    json: Option<String>,
+    #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
+    nth: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base: Option<Tpl<MetricBase>>,
+}
+
+/// The keys of a metric as written; [`Metric`] checks how they combine.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricKeys {
+    #[serde(default)]
+    regex: Option<String>,
+    #[serde(default)]
+    json: Option<String>,
+    #[serde(default, rename = "match")]
+    nth: Option<i64>,
+    #[serde(default)]
+    base: Option<Tpl<MetricBase>>,
+}
+
+impl<'de> Deserialize<'de> for Metric {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Metric, D::Error> {
+        let keys = MetricKeys::deserialize(deserializer)?;
+        let problem = match (&keys.regex, &keys.json) {
+            (Some(_), Some(_)) => Some(("a metric reads `regex` or `json`, not both", None)),
+            (None, None) => Some((
+                "a metric needs `regex` or `json`",
+                Some("e.g. `{regex: 'speed: (\\S+)'}`"),
+            )),
+            (None, Some(_)) if keys.nth.is_some() || keys.base.is_some() => {
+                Some(("`match` and `base` apply to `regex` metrics only", None))
+            }
+            _ if keys.nth == Some(0) => Some((
+                "`match` counts matches from 1, or from the end with -1, -2, …",
+                Some("-1 (the default) is the last match"),
+            )),
+            _ => None,
+        };
+        if let Some((message, hint)) = problem {
+            return Err(custom_with_hint(message, hint.map(str::to_owned)));
+        }
+        Ok(Metric {
+            regex: keys.regex,
+            json: keys.json,
+            nth: keys.nth,
+            base: keys.base,
+        })
+    }
+}
+
+inline_schema!(Metric, "Metric", |_| {
+    json_schema!({
+        "description": "How a metric is read from the node's standard output.",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "regex": {
+                "type": "string",
+                "description": "A regex; the value is its first capture group (or the group named `value`)."
+            },
+            "json": {
+                "type": "string",
+                "description": "A path (e.g. `$.latency.p50`) into the JSON the node prints."
+            },
+            "match": {
+                "type": "integer",
+                "not": { "const": 0 },
+                "description": "Which match of `regex`: 1-based, negative from the end (default -1, the last)."
+            },
+            "base": MetricBase::schema()
+        },
+        "oneOf": [
+            { "required": ["regex"] },
+            { "required": ["json"], "not": { "anyOf": [ { "required": ["match"] }, { "required": ["base"] } ] } }
+        ]
+    })
+});
+
+/// A regex metric's base: 10, 16 or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetricBase {
+    Ten,
+    Sixteen,
+    Auto,
+}
+
+impl Checked for MetricBase {
+    const EXPECTING: &'static str = "10, 16 or auto";
+    fn from_int(value: i64) -> Result<MetricBase, Problem> {
+        match value {
+            10 => Ok(MetricBase::Ten),
+            16 => Ok(MetricBase::Sixteen),
+            _ => Err((
+                format!("expected 10, 16 or auto, found the integer `{value}`"),
+                None,
+            )),
+        }
+    }
+    fn from_text(text: &str) -> Result<MetricBase, Problem> {
+        // A rendered template is text: `base: "{len_base}"` becomes "16".
+        match text.trim() {
+            "10" => Ok(MetricBase::Ten),
+            "16" => Ok(MetricBase::Sixteen),
+            "auto" => Ok(MetricBase::Auto),
+            _ => Err((
+                format!("expected 10, 16 or auto, found the string `{text}`"),
+                None,
+            )),
+        }
+    }
+    fn schema() -> Schema {
+        json_schema!({
+            "description": "How the capture is read: 10, 16 (hex without `0x`) or auto (`0x…` as hex, else a decimal number; the default). With a base, a capture that does not parse fails the node. May be a template.",
+            "anyOf": [ { "enum": [10, 16, "auto"] }, { "type": "string", "pattern": "[{}]", "description": "A template." } ]
+        })
+    }
+}
+
+impl Serialize for MetricBase {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MetricBase::Ten => serializer.serialize_u8(10),
+            MetricBase::Sixteen => serializer.serialize_u8(16),
+            MetricBase::Auto => serializer.serialize_str("auto"),
+        }
+    }
 }
 
 /// A command: one shell string, or argv words.
@@ -1005,6 +1162,9 @@ pub(crate) struct KindDef {
     /// Checks a resolved config against the project (e.g. that the files it names exist); `None` when the
     /// kind has nothing to check.
     pub check: Option<CheckFn>,
+    /// Files the kind writes beyond the node's `outputs:`, given its resolved config; the loader adds them to
+    /// the node's outputs so the cache keeps them.
+    pub implied_outputs: fn(&Config) -> Vec<&'static str>,
 }
 
 /// Checks a node's resolved config (`&str` is the node's name, `&Path` the project root).
@@ -1018,6 +1178,7 @@ impl KindDef {
             config: config_of::<T>,
             schema: T::json_schema,
             check: if T::CHECKS { Some(check_of::<T>) } else { None },
+            implied_outputs: T::implied_outputs,
         }
     }
 }
@@ -1028,6 +1189,10 @@ pub(crate) trait Kind: DeserializeOwned + Serialize + JsonSchema {
     const CHECKS: bool = false;
     /// Checks the resolved keys against the project under `root`.
     fn check(&self, _node: &str, _root: &Path) -> Vec<KindProblem> {
+        Vec::new()
+    }
+    /// Files the kind writes whatever the node's `outputs:` say (see [`KindDef::implied_outputs`]).
+    fn implied_outputs(_config: &Config) -> Vec<&'static str> {
         Vec::new()
     }
 }
