@@ -1312,7 +1312,9 @@ mod repository {
                     // that flashes one loads once its user has the file, and says which file when it is missing.
                     let text = diagnostics.to_string();
                     let errors = text.matches("error:").count();
-                    let missing_images = text.matches("error: missing input file `bitstreams/").count();
+                    let missing_images = text
+                        .matches("error: missing input file `bitstreams/")
+                        .count();
                     assert!(
                         errors > 0 && errors == missing_images,
                         "{} (variant {variant:?}) does not load:\n{diagnostics}",
