@@ -12,5 +12,6 @@ mod realflow;
 mod shared_cache;
 mod slurm;
 mod ssh;
+mod sume;
 mod testbed;
 mod tidy;
