@@ -1,0 +1,2 @@
+// Fake bench0_testclass.h: the real one holds the generated message classes.
+#pragma once

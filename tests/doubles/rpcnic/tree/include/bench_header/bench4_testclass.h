@@ -1,0 +1,2 @@
+// Fake bench4_testclass.h: the real one holds the generated message classes.
+#pragma once
