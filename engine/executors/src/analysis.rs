@@ -199,8 +199,34 @@ pub fn tables_in<'a>(
     Ok(tables)
 }
 
+/// Who produced a figure's numbers: the tools a table names in its `source` column (tool-driven artifacts such
+/// as RPCNIC and SUME), else the client the testbed measures with.
+fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
+    let mut sources: Vec<String> = Vec::new();
+    for table in tables.values() {
+        if let Some(column) = table.columns.iter().position(|c| c == "source") {
+            for row in &table.rows {
+                if let Some(Cell::Text(source)) = row.get(column)
+                    && !sources.contains(source)
+                {
+                    sources.push(source.clone());
+                }
+            }
+        }
+    }
+    if !sources.is_empty() {
+        return format!("numbers from the pipeline's tools ({})", sources.join(", "));
+    }
+    let real_fperf = session.is_some_and(|s| s.profile().measures_with_fperf());
+    if real_fperf {
+        "real fperf through the adapter".to_owned()
+    } else {
+        "embedded client".to_owned()
+    }
+}
+
 /// Where the figure's numbers came from: the testbed and host of the measurements, and the run that drew it.
-fn provenance(job: &Job<'_>, session: Option<&Session>) -> Provenance {
+fn provenance(job: &Job<'_>, session: Option<&Session>, client: String) -> Provenance {
     let (testbed, kind) = match session {
         Some(s) => (s.name().to_owned(), s.profile().kind.as_str().to_owned()),
         None => (job.run.testbed.clone(), "unknown".to_owned()),
@@ -211,7 +237,7 @@ fn provenance(job: &Job<'_>, session: Option<&Session>) -> Provenance {
         testbed,
         testbed_kind: kind,
         host: crate::host::name(),
-        client: "embedded client".to_owned(),
+        client,
     }
 }
 
@@ -237,7 +263,8 @@ impl Executor for PlotKind {
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let plot: PlotSpec = crate::kind_config(job.spec)?;
         let tables = dependency_tables(job)?;
-        let provenance = provenance(job, self.session.as_deref());
+        let client = client_of(&tables, self.session.as_deref());
+        let provenance = provenance(job, self.session.as_deref(), client);
         fracflow_plot::draw(&plot, &tables, &provenance, job.out_dir)
             .map_err(|e| failed(job.spec, e))?;
         Ok(Outcome::default())

@@ -481,15 +481,8 @@ impl MeasureKind {
     /// The profile's client when it names the real fperf (real testbeds and doubles only: an emulated
     /// testbed always measures with the embedded client).
     fn real_fperf(&self) -> Option<&crate::testbed::ClientProfile> {
-        let session = self.session.as_ref()?;
-        let profile = session.profile();
-        (profile.kind != crate::testbed::TestbedKind::Emulated
-            && profile
-                .client
-                .fperf
-                .as_deref()
-                .is_some_and(|f| !f.is_empty()))
-        .then_some(&profile.client)
+        let profile = self.session.as_ref()?.profile();
+        profile.measures_with_fperf().then_some(&profile.client)
     }
 
     /// Every member with the embedded client, at once, adapted to the testbed; also the adaptation notes.

@@ -44,6 +44,15 @@ pub struct TestbedProfile {
     pub sudo_refresh_s: f64,
 }
 
+impl TestbedProfile {
+    /// Measurements use the real fperf: a real (or doubles) testbed whose profile names it. An emulated testbed
+    /// always measures with the embedded client.
+    pub fn measures_with_fperf(&self) -> bool {
+        self.kind != TestbedKind::Emulated
+            && self.client.fperf.as_deref().is_some_and(|f| !f.is_empty())
+    }
+}
+
 fn default_sudo_refresh() -> f64 {
     60.0
 }
