@@ -155,6 +155,9 @@ enum CacheAction {
         /// How many of each pipeline's newest runs keep their entries.
         #[arg(long, default_value_t = 5)]
         keep_runs: usize,
+        /// Also keep every entry built or used within this many days, by any project sharing the cache.
+        #[arg(long, default_value_t = 7.0)]
+        keep_days: f64,
     },
 }
 
@@ -947,9 +950,19 @@ fn cache(project: &Project, action: CacheAction) -> Result<u8, Failure> {
                 exit::CACHE_CORRUPT
             })
         }
-        CacheAction::Gc { keep_runs } => {
+        CacheAction::Gc {
+            keep_runs,
+            keep_days,
+        } => {
             let keep = recent_keys(&project.root.join("results"), keep_runs).map_err(internal)?;
-            let report = project.cache.gc(&keep).map_err(|e| {
+            if !(keep_days >= 0.0 && keep_days.is_finite()) {
+                return Err(Failure::new(
+                    exit::BAD_INPUT,
+                    format!("--keep-days {keep_days}: a number of days >= 0"),
+                ));
+            }
+            let used_within = std::time::Duration::from_secs_f64(keep_days * 86_400.0);
+            let report = project.cache.gc(&keep, used_within).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::ResourceBusy {
                     // Another engine is running on this cache: deleting now could take blobs it is linking.
                     Failure::new(exit::TESTBED_BUSY, format!("cache gc: {e}"))
@@ -959,7 +972,7 @@ fn cache(project: &Project, action: CacheAction) -> Result<u8, Failure> {
             })?;
             println!(
                 "removed {} entries, {} blobs ({}) and {} stale key locks; kept what the newest {keep_runs} runs of \
-                 each pipeline reference",
+                 each pipeline reference and what any project used within {keep_days} days",
                 report.entries_removed,
                 report.blobs_removed,
                 human_bytes(report.bytes_freed),

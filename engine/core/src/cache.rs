@@ -17,6 +17,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -405,16 +406,29 @@ impl Cache {
     ///
     /// Refused (`ResourceBusy`) while any run uses the cache: a running engine may have stored blobs whose entry
     /// it has not written yet, may be about to link a blob it found, or be writing into a staging directory.
-    pub fn gc(&self, keep: &HashSet<String>) -> io::Result<GcReport> {
+    /// Marks `key`'s entry as used now (its file's mtime), so `gc` on a shared cache keeps what any project
+    /// used lately, not only what the collecting project's runs reference. Best effort: a read-only cache
+    /// still serves hits.
+    pub fn touch(&self, key: &str) {
+        if let Ok(file) = fs::File::options().append(true).open(self.entry_path(key)) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// Removes every entry that is neither in `keep` nor used (built or hit) within `used_within`, then the
+    /// blobs and node pointers no remaining entry needs.
+    pub fn gc(&self, keep: &HashSet<String>, used_within: Duration) -> io::Result<GcReport> {
         let _alone = InUse::exclusive(&self.locks_dir())?;
         let mut report = GcReport::default();
         let mut live_blobs: HashSet<String> = HashSet::new();
+        let mut kept: HashSet<String> = HashSet::new();
         for path in self.entry_files()? {
             let entry = fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok());
             match entry {
-                Some(entry) if keep.contains(&entry.key) => {
+                Some(entry) if keep.contains(&entry.key) || !is_older_than(&path, used_within) => {
+                    kept.insert(entry.key.clone());
                     live_blobs.extend(
                         entry
                             .outputs
@@ -454,7 +468,7 @@ impl Cache {
             let pointer = fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<NodePointer>(&b).ok());
-            if pointer.is_none_or(|p| !keep.contains(&p.latest_key)) {
+            if pointer.is_none_or(|p| !kept.contains(&p.latest_key)) {
                 fs::remove_file(&path)?;
             }
         }
@@ -604,12 +618,57 @@ mod tests {
             "now".into(),
         )?;
         let run = cache.in_use()?;
-        let refused = cache.gc(&HashSet::new()).expect_err("a run uses the cache");
+        let refused = cache
+            .gc(&HashSet::new(), Duration::ZERO)
+            .expect_err("a run uses the cache");
         assert_eq!(refused.kind(), io::ErrorKind::ResourceBusy);
         assert!(cache.get(&entry.key).is_some(), "nothing was removed");
         drop(run);
-        let report = cache.gc(&HashSet::new())?;
+        let report = cache.gc(&HashSet::new(), Duration::ZERO)?;
         assert_eq!((report.entries_removed, report.blobs_removed), (1, 1));
+        Ok(())
+    }
+
+    /// On a shared cache another project's entries are not in this project's keep set: gc keeps them while they
+    /// were used lately, and removes them once they have not been for longer than the window.
+    #[test]
+    fn gc_keeps_entries_used_lately_by_anyone() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let staged = cache.staging_dir("node")?;
+        fs::write(staged.join("out"), b"another project's result")?;
+        let entry = cache.put(
+            "node",
+            &fingerprint(),
+            &staged,
+            &["out".to_owned()],
+            BTreeMap::new(),
+            None,
+            0.1,
+            "now".into(),
+        )?;
+        let week = Duration::from_secs(7 * 86_400);
+        let report = cache.gc(&HashSet::new(), week)?;
+        assert_eq!(report.entries_removed, 0, "built just now");
+        let entry_file = cache.entry_path(&entry.key);
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(30 * 86_400);
+        fs::File::options()
+            .append(true)
+            .open(&entry_file)?
+            .set_modified(long_ago)?;
+        cache.touch(&entry.key);
+        assert_eq!(
+            cache.gc(&HashSet::new(), week)?.entries_removed,
+            0,
+            "a hit renews it"
+        );
+        fs::File::options()
+            .append(true)
+            .open(&entry_file)?
+            .set_modified(long_ago)?;
+        let report = cache.gc(&HashSet::new(), week)?;
+        assert_eq!((report.entries_removed, report.blobs_removed), (1, 1));
+        assert!(cache.get(&entry.key).is_none());
         Ok(())
     }
 }

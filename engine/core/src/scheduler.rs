@@ -666,6 +666,7 @@ fn use_cached(
 ) -> std::io::Result<()> {
     let spec = graph.spec(index);
     run_dir.publish(cache, &entry)?;
+    cache.touch(&entry.key);
     let record = run_dir.record_mut(&spec.id, &spec.kind);
     record.status = NodeStatus::Cached;
     record.seconds = Some(entry.seconds);

@@ -341,7 +341,10 @@ fn verify_names_corrupt_blobs_ignores_torn_temporaries_and_gc_frees_unreferenced
     assert_eq!(report.corrupt[0].path, blob);
 
     let freed = cache
-        .gc(&std::collections::HashSet::from([a.key.clone()]))
+        .gc(
+            &std::collections::HashSet::from([a.key.clone()]),
+            std::time::Duration::ZERO,
+        )
         .expect("gc");
     assert_eq!(freed.entries_removed, 1, "b's entry goes, a's stays");
     assert!(cache.get(&a.key).is_some());
