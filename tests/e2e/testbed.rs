@@ -351,3 +351,17 @@ fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
         "{summary}"
     );
 }
+
+#[test]
+fn a_profile_that_drives_other_tools_needs_no_fpga_device() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "hw/testbeds/tools.yaml",
+        "kind: real\ndescription: iperf3 on loopback\nsudo: \"\"\n",
+    );
+    let run = check(&sandbox, "tools");
+    let output = text(&run);
+    assert_eq!(run.status.code(), Some(0), "{output}");
+    assert!(output.contains("ok      device: none"), "{output}");
+    assert!(!output.contains("device.addr"), "{output}");
+}

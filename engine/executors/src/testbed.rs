@@ -672,6 +672,20 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
         found.extend(server_findings(profile));
         return found;
     }
+    if profile.device.addr.is_none() && profile.board.is_none() {
+        // A profile of a tool-driven artifact (RPCNIC, SUME, loopback): no fRAC board to reach; its pipelines'
+        // first steps check the tools they drive (and fail naming what is missing).
+        found.push(Finding::new(
+            "device",
+            true,
+            "none: this profile drives other tools (their pipelines check them as they run)",
+        ));
+        if !profile.sudo.trim().is_empty() {
+            found.push(sudo_finding("sudo", &profile.sudo, None));
+        }
+        found.extend(server_findings(profile));
+        return found;
+    }
     let Some(addr) = profile.device.addr.as_deref() else {
         found.push(Finding::new(
             "device.addr",
