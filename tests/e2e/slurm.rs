@@ -3,7 +3,8 @@
 //!
 //! One test, so the cluster starts once (about a second here): the emulated build chain of fig16 builds
 //! through Slurm; an engine SIGKILLed while its job runs is restarted and re-attaches to the job instead of
-//! submitting it again; a job that fails reports Slurm's state and exit code.
+//! submitting it again; Ctrl-C cancels the running job by id; a job that fails reports Slurm's state and exit
+//! code.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -230,7 +231,33 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
             .expect("the job's output, collected");
     assert!(built.starts_with("built on "), "{built}");
 
-    // 3. A failing job: Slurm's state and exit code in the node's error.
+    // 3. Ctrl-C while a job runs: the engine scancels the job it submitted, by id.
+    let mut engine = with_cluster(
+        sandbox.command(&["run", "slow", "--testbed", "cluster", "--rerun", "slow"]),
+        &cluster,
+        &bin,
+    )
+    .spawn()
+    .expect("start the engine");
+    let id = running_job(&sandbox, &cluster);
+    // SAFETY: kill only sends SIGINT to the engine we started.
+    unsafe {
+        libc::kill(engine.id() as libc::pid_t, libc::SIGINT);
+    }
+    let status = engine.wait().expect("engine exits");
+    assert_eq!(status.code(), Some(130), "interrupted");
+    let state = with_cluster(
+        Command::new("scontrol"),
+        &cluster,
+        Path::new("/nonexistent"),
+    )
+    .args(["show", "job", "-o", &id])
+    .output()
+    .expect("scontrol");
+    let state = String::from_utf8_lossy(&state.stdout).into_owned();
+    assert!(state.contains("JobState=CANCELLED"), "{state}");
+
+    // 4. A failing job: Slurm's state and exit code in the node's error.
     let broken = with_cluster(
         sandbox.command(&["run", "broken", "--testbed", "cluster"]),
         &cluster,
