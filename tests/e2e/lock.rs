@@ -1,4 +1,5 @@
-//! One run per testbed; a run on another testbed proceeds; SIGTERM records the run as interrupted.
+//! One run per testbed (per project for an emulated one); a run on another testbed or in another project
+//! proceeds; SIGTERM records the run as interrupted.
 
 use std::time::{Duration, Instant};
 
@@ -20,12 +21,21 @@ fn second_run_on_the_same_testbed_is_refused_and_names_the_holder() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn holder");
-    let lock = sandbox.path().join("locks/fracflow-testbed-emulated.lock");
+    // An emulated testbed's lock is this project's: `fracflow-testbed-emulated-project-<hash>.lock`.
+    let held = || {
+        std::fs::read_dir(sandbox.path().join("locks"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("fracflow-testbed-emulated-project-")
+            })
+            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.lines().count() >= 2))
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(&lock)
-        .map(|t| t.lines().count() < 2)
-        .unwrap_or(true)
-    {
+    while !held() {
         assert!(
             Instant::now() < deadline,
             "the first run never took the lock"
@@ -47,6 +57,19 @@ fn second_run_on_the_same_testbed_is_refused_and_names_the_holder() {
 
     let elsewhere = sandbox.run(&["run", "quick", "--testbed", "other"]);
     assert!(elsewhere.status.success(), "{}", text(&elsewhere));
+
+    // Another project on this machine (same lock directory) runs on its own emulated device meanwhile.
+    let other_project = Sandbox::new();
+    other_project.write(
+        "pipelines/quick.yaml",
+        "pipeline: quick\nnodes:\n  hello:\n    kind: command\n    outputs: [hi]\n    run: echo hi > \"$FRACFLOW_OUT/hi\"\n",
+    );
+    let beside = other_project
+        .command(&["run", "quick"])
+        .env("FRACFLOW_LOCK_DIR", sandbox.path().join("locks"))
+        .output()
+        .expect("run in another project");
+    assert!(beside.status.success(), "{}", text(&beside));
 
     // SIGTERM: the running node is stopped, the run is recorded interrupted, exit code 130.
     // SAFETY: kill only sends a signal to our own child.

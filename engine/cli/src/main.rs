@@ -557,7 +557,18 @@ fn run(
     let testbed = project.testbed()?;
     let testbed_fields = testbed.fingerprint_fields();
     let command: Vec<String> = std::env::args().collect();
-    let _lock = TestbedLock::acquire(&project::lock_dir(), &select.testbed, &command.join(" "))
+    // An emulated testbed's device belongs to each run (a fresh one on a free loopback port), so only runs of
+    // one project exclude each other there; a real board is one for every project on this machine.
+    let lock_name = match testbed.profile.kind {
+        fracflow_executors::testbed::TestbedKind::Emulated => {
+            let root =
+                std::fs::canonicalize(&project.root).unwrap_or_else(|_| project.root.clone());
+            let tag = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
+            format!("{}-project-{}", select.testbed, &tag[..12])
+        }
+        _ => select.testbed.clone(),
+    };
+    let _lock = TestbedLock::acquire(&project::lock_dir(), &lock_name, &command.join(" "))
         .map_err(|e| match e {
             fracflow_core::LockError::Held { .. } => {
                 Failure::new(exit::TESTBED_BUSY, e.to_string())
