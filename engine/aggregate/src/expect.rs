@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::frame::COMPUTED_COLUMN;
-use crate::{Cell, ExpectationResult, STATISTIC_COLUMNS, Table};
+use crate::{Cell, ExpectationResult, STATISTIC_COLUMNS, Table, metrics};
 
 /// One claim of the paper against one table (see the crate docs for the YAML shapes). Exactly one of the
 /// claim fields (`within`, `below`, `above`, `near`, `sublinear`, `grows`, `slower_growth`, `flatter`) is set.
@@ -332,6 +332,28 @@ fn matching_rows(table: &Table, filter: &BTreeMap<String, Cell>) -> Result<Vec<u
         .collect())
 }
 
+/// The columns that name a table's rows, in table order: those the table says are labels ([`Table::labels`]: an
+/// aggregation and its Parquet export say so). A table that does not say (a CSV file read back) is taken to have
+/// as labels the columns before the first statistic this crate computes or the first metric of `stats: metrics`
+/// (a column `X` beside its `X_sd`).
+fn label_columns(table: &Table) -> Vec<&String> {
+    match &table.labels {
+        Some(labels) => table
+            .columns
+            .iter()
+            .filter(|c| labels.contains(c))
+            .collect(),
+        None => table
+            .columns
+            .iter()
+            .take_while(|c| {
+                !STATISTIC_COLUMNS.contains(&c.as_str())
+                    && table.column(&metrics::sd_column(c)).is_none()
+            })
+            .collect(),
+    }
+}
+
 /// The rows a claim is about, and how to name them.
 struct View<'a> {
     table: &'a Table,
@@ -354,13 +376,10 @@ impl View<'_> {
         }
     }
 
-    /// A row named by its label columns (those before the first statistic column), minus the `where` ones.
+    /// A row named by its label columns ([`label_columns`]), minus the `where` ones.
     fn name(&self, row: usize) -> String {
-        let terms: Vec<String> = self
-            .table
-            .columns
-            .iter()
-            .take_while(|c| !STATISTIC_COLUMNS.contains(&c.as_str()))
+        let terms: Vec<String> = label_columns(self.table)
+            .into_iter()
             .filter(|c| !self.hidden.contains(c))
             .filter_map(|c| Some(format!("{c}={}", self.table.get(row, c)?.label())))
             .collect();

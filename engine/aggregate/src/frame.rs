@@ -49,8 +49,13 @@ pub(crate) fn table_to_frame(name: &str, table: &Table) -> Result<DataFrame, Agg
     DataFrame::new(table.rows.len(), columns).map_err(polars_error(name))
 }
 
-/// The table of a DataFrame: numbers (of any numeric type) become [`Cell::Num`], everything else text.
-pub(crate) fn frame_to_table(name: &str, frame: &DataFrame) -> Result<Table, AggregateError> {
+/// The table of a DataFrame: numbers (of any numeric type) become [`Cell::Num`], everything else text. `labels`:
+/// the label columns when known (those the frame lacks are dropped).
+pub(crate) fn frame_to_table(
+    name: &str,
+    frame: &DataFrame,
+    labels: Option<&[String]>,
+) -> Result<Table, AggregateError> {
     let error = polars_error(name);
     let mut table = Table::new(
         frame
@@ -59,6 +64,13 @@ pub(crate) fn frame_to_table(name: &str, frame: &DataFrame) -> Result<Table, Agg
             .map(|n| n.to_string())
             .collect(),
     );
+    table.labels = labels.map(|labels| {
+        labels
+            .iter()
+            .filter(|l| table.columns.contains(l))
+            .cloned()
+            .collect()
+    });
     table.rows = vec![Vec::with_capacity(frame.width()); frame.height()];
     for column in frame.columns() {
         let dtype = column.dtype();
@@ -332,8 +344,18 @@ pub(crate) fn compare(
         .map_err(&error)
 }
 
-/// Writes `<name>.csv` and `<name>.parquet` into `out_dir`, each atomically.
-pub(crate) fn export(name: &str, frame: &DataFrame, out_dir: &Path) -> Result<(), AggregateError> {
+/// The key of the Parquet file metadata that lists a table's label columns (a JSON array of column names).
+/// Readers that do not know it (pandas, pyarrow, polars) ignore it; a CSV export has no place for it.
+pub(crate) const LABELS_METADATA_KEY: &str = "fracflow.label_columns";
+
+/// Writes `<name>.csv` and `<name>.parquet` into `out_dir`, each atomically; the Parquet file records `labels`
+/// (the table's label columns) in its key-value metadata under [`LABELS_METADATA_KEY`].
+pub(crate) fn export(
+    name: &str,
+    frame: &DataFrame,
+    labels: &[String],
+    out_dir: &Path,
+) -> Result<(), AggregateError> {
     let error = polars_error(name);
     let mut frame = frame.clone();
     let mut csv = Vec::new();
@@ -344,8 +366,13 @@ pub(crate) fn export(name: &str, frame: &DataFrame, out_dir: &Path) -> Result<()
     let csv_path = out_dir.join(format!("{name}.csv"));
     fracflow_record::atomic_write(&csv_path, &csv).map_err(|e| AggregateError::io(&csv_path, e))?;
     let mut parquet = Vec::new();
+    let labels_json = serde_json::to_string(labels).map_err(|e| AggregateError::table(name, e))?;
     ParquetWriter::new(&mut parquet)
         .with_compression(ParquetCompression::Zstd(None))
+        .with_key_value_metadata(Some(KeyValueMetadata::from_static(vec![(
+            LABELS_METADATA_KEY.to_owned(),
+            labels_json,
+        )])))
         .finish(&mut frame)
         .map_err(&error)?;
     let parquet_path = out_dir.join(format!("{name}.parquet"));
@@ -353,8 +380,9 @@ pub(crate) fn export(name: &str, frame: &DataFrame, out_dir: &Path) -> Result<()
         .map_err(|e| AggregateError::io(&parquet_path, e))
 }
 
-/// Reads a `.csv` (with header) or `.parquet` export back.
-pub(crate) fn read_frame(path: &Path) -> Result<DataFrame, AggregateError> {
+/// Reads a `.csv` (with header) or `.parquet` export back, with the label columns its Parquet metadata
+/// records (`None` for a CSV file or a Parquet file without them).
+pub(crate) fn read_frame(path: &Path) -> Result<(DataFrame, Option<Vec<String>>), AggregateError> {
     let shown = path.display().to_string();
     let error =
         |e: PolarsError| AggregateError::table(&shown, format!("not a readable table: {e}"));
@@ -366,11 +394,32 @@ pub(crate) fn read_frame(path: &Path) -> Result<DataFrame, AggregateError> {
                 .with_has_header(true)
                 .try_into_reader_with_file_path(Some(path.to_path_buf()))
                 .and_then(|reader| reader.finish())
+                .map(|frame| (frame, None))
                 .map_err(error)
         }
         Some("parquet") => {
             let file = std::fs::File::open(path).map_err(|e| AggregateError::io(path, e))?;
-            ParquetReader::new(file).finish().map_err(error)
+            let mut reader = ParquetReader::new(file);
+            let recorded = reader
+                .get_metadata()
+                .map_err(error)?
+                .key_value_metadata()
+                .iter()
+                .flatten()
+                .find(|kv| kv.key == LABELS_METADATA_KEY)
+                .and_then(|kv| kv.value.clone());
+            let labels = recorded
+                .map(|json| {
+                    serde_json::from_str::<Vec<String>>(&json).map_err(|e| {
+                        AggregateError::table(
+                            &shown,
+                            format!("its `{LABELS_METADATA_KEY}` metadata is not a list of column names: {e}"),
+                        )
+                    })
+                })
+                .transpose()?;
+            let frame = reader.finish().map_err(error)?;
+            Ok((frame, labels))
         }
         _ => Err(AggregateError::table(
             &shown,

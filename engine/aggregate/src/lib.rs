@@ -5,7 +5,10 @@
 //! [`aggregate`] reads one directory per measured point ([`PointSource`]) and writes `<table>.csv` and
 //! `<table>.parquet` (each atomically) for every table it returns. Every table starts with the points' label
 //! columns (in the order of the first point's labels; every point must have the same keys), then statistics.
-//! Latencies are in µs. The config ([`AggregateSpec`]) has three shapes, chosen by `stats`:
+//! Each table says which columns are its labels ([`Table::labels`]: the points' labels, minus `over`, plus
+//! `function` and `fragments` of a trace); the Parquet export records them in its key-value metadata
+//! (`fracflow.label_columns`, a JSON list, which pandas and polars ignore) and [`read_table`] reads them back. A
+//! CSV export has no place for them. Latencies are in µs. The config ([`AggregateSpec`]) has three shapes, chosen by `stats`:
 //!
 //! ```yaml
 //! stats: seconds        # seconds.jsonl (figs 13–15)
@@ -108,7 +111,9 @@
 //! - {name: "flatter", flatter: {x: clients, y: median_us, series: series, flat: fRAC, steep: CPU, by: [units, m]}}
 //! ```
 //! Growth is y(xmax)/y(xmin); a group needs two distinct x values, one row per x, and y(xmin) > 0. A claim
-//! whose filter matches no row fails, as does a group that cannot be judged.
+//! whose filter matches no row fails, as does a group that cannot be judged. A verdict names each row by its
+//! label columns (minus those of `where`); a table that does not say which they are (a CSV file read back) is
+//! taken to have as labels the columns before the first statistic or metric (a column beside its `_sd`).
 
 mod error;
 mod expect;
@@ -133,7 +138,8 @@ pub use spec::{
 use quantile::{LatencySummary, QUANTILES, exact_cdf, exact_summary};
 use samples::{GroupKey, GroupLatencies, SampleQuery, read_point};
 
-/// Columns this crate computes; everything before the first of them in a table is a label.
+/// Columns this crate computes. A table that does not say which columns are its labels (a CSV file read back)
+/// is taken to have as labels the columns before the first of these or of a metric (a column with an `_sd` twin).
 pub(crate) const STATISTIC_COLUMNS: &[&str] = &[
     "throughput_gbps",
     "requests",
@@ -220,18 +226,23 @@ pub fn aggregate(
     if let Some(cdf) = cdf {
         frames.push(("cdf", frame::table_to_frame("cdf", &cdf)?));
     }
+    // Both tables are labelled alike: a CDF's rows carry the labels of the summary row they belong to.
     let mut tables = BTreeMap::new();
     for (name, frame) in frames {
-        frame::export(name, &frame, out_dir)?;
-        tables.insert(name.to_string(), frame::frame_to_table(name, &frame)?);
+        frame::export(name, &frame, &summary_labels, out_dir)?;
+        tables.insert(
+            name.to_string(),
+            frame::frame_to_table(name, &frame, Some(&summary_labels))?,
+        );
     }
     Ok(Aggregated { tables })
 }
 
-/// Reads a `.csv` or `.parquet` table (an export of [`aggregate`]) back.
+/// Reads a `.csv` or `.parquet` table (an export of [`aggregate`]) back. A Parquet export says which columns are
+/// labels ([`Table::labels`]); a CSV file cannot, and reads back with `labels: None`.
 pub fn read_table(path: &Path) -> Result<Table, AggregateError> {
-    let frame = frame::read_frame(path)?;
-    frame::frame_to_table(&path.display().to_string(), &frame)
+    let (frame, labels) = frame::read_frame(path)?;
+    frame::frame_to_table(&path.display().to_string(), &frame, labels.as_deref())
 }
 
 /// The first point's label keys; every other point must have exactly these.

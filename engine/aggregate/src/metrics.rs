@@ -17,7 +17,7 @@ pub(crate) const METRICS_FILE: &str = "metrics.json";
 pub(crate) const COUNT_COLUMN: &str = "n";
 
 /// The `_sd` column of metric `name`.
-fn sd_column(name: &str) -> String {
+pub(crate) fn sd_column(name: &str) -> String {
     format!("{name}_sd")
 }
 

@@ -136,13 +136,19 @@ fn point(dir: PathBuf, pairs: &[(&str, Cell)]) -> PointSource {
     }
 }
 
-/// Every table of an aggregation reads back equal from both exports.
+/// Every table of an aggregation reads back equal from both exports: the Parquet file with its label columns,
+/// the CSV file (which has no place for them) without.
 fn assert_exports_round_trip(out: &Path, tables: &BTreeMap<String, Table>) -> TestResult {
     for (name, table) in tables {
-        for extension in ["csv", "parquet"] {
-            let read = read_table(&out.join(format!("{name}.{extension}")))?;
-            assert_eq!(&read, table, "{name}.{extension}");
-        }
+        assert!(table.labels.is_some(), "{name} says which are its labels");
+        let parquet = read_table(&out.join(format!("{name}.parquet")))?;
+        assert_eq!(&parquet, table, "{name}.parquet");
+        let csv = read_table(&out.join(format!("{name}.csv")))?;
+        let unlabelled = Table {
+            labels: None,
+            ..table.clone()
+        };
+        assert_eq!(csv, unlabelled, "{name}.csv");
     }
     Ok(())
 }
@@ -1174,6 +1180,46 @@ mod metrics {
         assert_eq!(summary.get(0, "design"), Some(&text("one-shot")));
         assert_eq!(summary.get(1, "design"), Some(&text("field-by-field")));
         assert_exports_round_trip(&out, &result.tables)?;
+        Ok(())
+    }
+
+    /// A verdict names a row by its labels only, not by the metrics beside them: from the aggregation itself, from
+    /// its Parquet export (which records the labels), and from its CSV export (read back without them, so the
+    /// metric columns, each beside its `_sd`, are told apart by that).
+    #[test]
+    fn verdicts_name_rows_by_their_labels_not_their_metrics() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let points = deserializer_points(tmp.path())?;
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(
+                r#"{"stats":"metrics","over":["rep"],
+                    "compare":{"column":"design","baseline":"field-by-field","on":["idx"],"values":["speed"],"op":"ratio"}}"#,
+            )?,
+            &points,
+            &out,
+        )?;
+        let summary = &result.tables["summary"];
+        assert_eq!(summary.labels, Some(vec!["design".into(), "idx".into()]));
+        let claim: Vec<Expectation> = serde_json::from_str(
+            r#"[{"name": "fast", "where": {"idx": 0}, "above": {"column": "speed", "limit": 50}}]"#,
+        )?;
+        let expected = "speed 92 (limit 50) at design=one-shot ✓; speed 31 (limit 50) at design=field-by-field ✗";
+        let read =
+            |extension: &str| -> Result<BTreeMap<String, Table>, Box<dyn std::error::Error>> {
+                Ok(BTreeMap::from([(
+                    "summary".to_owned(),
+                    read_table(&out.join(format!("summary.{extension}")))?,
+                )]))
+            };
+        for (source, tables) in [
+            ("aggregate", result.tables.clone()),
+            ("parquet", read("parquet")?),
+            ("csv", read("csv")?),
+        ] {
+            let verdicts = evaluate(&claim, &tables);
+            assert_eq!(verdicts[0].measured, expected, "{source}");
+        }
         Ok(())
     }
 

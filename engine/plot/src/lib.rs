@@ -18,6 +18,8 @@
 //! band: {lo: p25_us, hi: p75_us, label: "p25–p75"}  # lines only, optional; label adds a legend entry
 //! series: {column: series, order: [fRAC, CPU, DPU], names: {fRAC: "fRAC"}}   # one colour per value
 //! panels: {rows: m, columns: units, title: "{units} units · {m} B"}  # optional facets, rows/columns optional
+//! #   panels: {columns: direction, order: [tx-only, rx-only, loopback]}     # panel order, one facet column
+//! #   panels: {rows: m, columns: units, order: {m: [4096, 1024], units: [4, 2, 1]}}   # or one list per facet
 //! where: {m: 4096}                    # optional filter: cell equals value (numbers compare numerically)
 //! # bars only:
 //! error: std_us                                           # error bar = ± this column
@@ -35,8 +37,11 @@
 //!   appear. A value listed in `order` with no rows still gets its legend entry (the artifact's DPU series).
 //!   A map read through `serde_json::Value` loses its written order (its keys come sorted), so a pipeline whose
 //!   category order matters should say `order:`.
-//! - `panels`: one panel per (row value, column value), values ordered as above; `{column}` in `title` is
-//!   replaced by the panel's value. All panels share their axis ranges so that they compare.
+//! - `panels`: one panel per (row value, column value); `{column}` in `title` is replaced by the panel's value.
+//!   The values come in the order above, with `panels.order` as the grouping's `order` (there are no `names`):
+//!   a list when the panels split by one column, else a map from `rows`' and `columns`' column to its list. A
+//!   listed value with no rows still gets its panel, empty and marked "no data" (so a layout stays the same on a
+//!   partial run). All panels share their axis ranges so that they compare.
 //! - `lines`: per series, a line with markers through the rows sorted by x; with `band`, a shaded area between
 //!   the two columns. `cdf`: per series a step line through (x, y) sorted by x; y defaults to 0–1.
 //! - `bars`: x positions are the `categories` values (or `x.column`'s when there is no `categories`), inside
@@ -60,7 +65,8 @@ use std::path::{Path, PathBuf};
 use fracflow_record::{Provenance, Table};
 
 pub use spec::{
-    AxisBreak, AxisSpec, BandSpec, Grouping, Names, OutlineSpec, PanelSpec, PlotSpec, Scale, Style,
+    AxisBreak, AxisSpec, BandSpec, Grouping, Names, OutlineSpec, PanelOrder, PanelSpec, PlotSpec,
+    Scale, Style,
 };
 
 /// Why a figure could not be drawn; every variant names the figure and what it expected.

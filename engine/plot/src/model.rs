@@ -7,7 +7,7 @@ use fracflow_record::{Cell, Table};
 
 use crate::PlotError;
 use crate::axis::{AxisRange, fit_range, to_coord};
-use crate::spec::{AxisSpec, Grouping, Names, PlotSpec, Scale, Style, cells_equal};
+use crate::spec::{AxisSpec, Grouping, Names, PanelOrder, PlotSpec, Scale, Style, cells_equal};
 
 /// The whole figure, ready to lay out.
 #[derive(Debug)]
@@ -233,6 +233,7 @@ fn check_spec(spec: &PlotSpec) -> Result<(), PlotError> {
             ),
         ));
     }
+    check_panel_order(spec)?;
     if let Some(x) = &spec.x {
         check_axis(spec, "x", x)?;
         if bars && (x.axis_break.is_some() || x.range.is_some() || x.scale == Scale::Log) {
@@ -243,6 +244,55 @@ fn check_spec(spec: &PlotSpec) -> Result<(), PlotError> {
         }
     }
     check_axis(spec, "y", &spec.y)
+}
+
+/// `panels.order` must say which facet it orders: a list for panels split by one column, else a map by column.
+fn check_panel_order(spec: &PlotSpec) -> Result<(), PlotError> {
+    let Some(panels) = &spec.panels else {
+        return Ok(());
+    };
+    let facets: Vec<&String> = [&panels.rows, &panels.columns]
+        .into_iter()
+        .flatten()
+        .collect();
+    match &panels.order {
+        None => Ok(()),
+        Some(_) if facets.is_empty() => Err(spec_error(
+            spec,
+            "`panels.order` needs `panels.rows` or `panels.columns` to order",
+        )),
+        Some(PanelOrder::Values(_)) if facets.len() > 1 => Err(spec_error(
+            spec,
+            format!(
+                "`panels.order` is one list, but the panels split by two columns ({}); give a list for each: \
+                 `order: {{{}: […], {}: […]}}`",
+                facets
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                facets[0],
+                facets[1]
+            ),
+        )),
+        Some(PanelOrder::Values(_)) => Ok(()),
+        Some(PanelOrder::ByColumn(orders)) => {
+            match orders.iter().find(|(column, _)| !facets.contains(&column)) {
+                Some((column, _)) => Err(spec_error(
+                    spec,
+                    format!(
+                        "`panels.order` names `{column}`, which is neither `panels.rows` nor `panels.columns` ({})",
+                        facets
+                            .iter()
+                            .map(|f| f.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+                None => Ok(()),
+            }
+        }
+    }
 }
 
 fn check_axis(spec: &PlotSpec, name: &str, axis: &AxisSpec) -> Result<(), PlotError> {
@@ -414,7 +464,7 @@ impl<'t> View<'t> {
         let level = |column: &Option<String>, role: &'static str| match column {
             Some(column) => {
                 let index = Self::column_in(self.spec, self.table, column, role)?;
-                let levels = self.levels(index, &[], &Names::default());
+                let levels = self.levels(index, panels.order_of(column), &Names::default());
                 // No rows at all: one empty panel that says so, rather than a figure without any.
                 Ok(if levels.values.is_empty() {
                     Levels::single()

@@ -190,6 +190,62 @@ pub struct PanelSpec {
     /// `{column}` is replaced by the panel's value of that column; `column = value` pairs when absent.
     #[serde(default)]
     pub title: Option<String>,
+    /// The panels' order, as a grouping's `order`: values listed come first, in this order, even when no row has
+    /// them (an empty panel); other values follow in their natural order.
+    #[serde(default)]
+    pub order: Option<PanelOrder>,
+}
+
+impl PanelSpec {
+    /// The `order` of the facet on `column`; empty when none is given for it.
+    pub(crate) fn order_of(&self, column: &str) -> &[Cell] {
+        match &self.order {
+            Some(PanelOrder::Values(values)) => values,
+            Some(PanelOrder::ByColumn(orders)) => orders
+                .iter()
+                .find(|(name, _)| name == column)
+                .map_or(&[], |(_, values)| values.as_slice()),
+            None => &[],
+        }
+    }
+}
+
+/// `panels.order`: a list of values when the panels split by one column (`rows` or `columns`), or a map from each
+/// of `rows` and `columns` to its list (`{m: [4096, 1024], units: [4, 2, 1]}`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PanelOrder {
+    Values(Vec<Cell>),
+    ByColumn(Vec<(String, Vec<Cell>)>),
+}
+
+impl<'de> Deserialize<'de> for PanelOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PanelOrder, D::Error> {
+        struct OrderVisitor;
+        impl<'de> Visitor<'de> for OrderVisitor {
+            type Value = PanelOrder;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of values, or a map from the `rows` and `columns` columns to lists of values")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<PanelOrder, A::Error> {
+                let mut values = Vec::new();
+                while let Some(value) = seq.next_element()? {
+                    values.push(value);
+                }
+                Ok(PanelOrder::Values(values))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PanelOrder, A::Error> {
+                let mut orders = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    orders.push(entry);
+                }
+                Ok(PanelOrder::ByColumn(orders))
+            }
+        }
+        deserializer.deserialize_any(OrderVisitor)
+    }
 }
 
 /// `bars`: rows whose `column` equals `value` are drawn as dashed outlines over their slot (e.g. emulated values).

@@ -38,6 +38,11 @@ impl Cell {
 pub struct Table {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
+    /// The label columns, those that name a row (sweep coordinates, `labels`, grouping keys) as opposed to the
+    /// values computed for it, when the table's producer said which they are (an aggregation, or a Parquet export
+    /// of one); `None` when nobody did (a CSV read back, a table made by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
 }
 
 impl Table {
@@ -45,6 +50,7 @@ impl Table {
         Table {
             columns,
             rows: Vec::new(),
+            labels: None,
         }
     }
 

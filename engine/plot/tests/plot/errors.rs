@@ -111,6 +111,45 @@ fn a_break_on_the_wrong_axis_or_style_is_a_spec_error() {
 }
 
 #[test]
+fn a_panel_order_that_does_not_say_which_facet_it_orders_is_a_spec_error() {
+    for (panels, expected) in [
+        (
+            serde_json::json!({"rows": "m", "columns": "units", "order": [1, 2]}),
+            "give a list for each: `order: {m: […], units: […]}`",
+        ),
+        (
+            serde_json::json!({"columns": "units", "order": {"m": [1024]}}),
+            "`panels.order` names `m`, which is neither",
+        ),
+        (
+            serde_json::json!({"order": [1, 2]}),
+            "needs `panels.rows` or `panels.columns`",
+        ),
+    ] {
+        let mut json = serde_json::json!({
+            "figure": "fig16", "style": "lines",
+            "x": {"column": "clients"}, "y": {"column": "median_us"}
+        });
+        json["panels"] = panels;
+        let error = error_of(&spec(json), "summary", fixtures::scalability());
+        assert!(
+            matches!(&error, PlotError::Spec { message, .. } if message.contains(expected)),
+            "{error}"
+        );
+    }
+    let not_a_list = serde_json::from_value::<fracflow_plot::PlotSpec>(serde_json::json!({
+        "figure": "f", "style": "lines", "x": {"column": "x"}, "y": {"column": "y"},
+        "panels": {"columns": "units", "order": "4, 2"}
+    }));
+    assert!(
+        not_a_list
+            .expect_err("a string is no order")
+            .to_string()
+            .contains("a list of values"),
+    );
+}
+
+#[test]
 fn two_rows_for_one_bar_are_refused() {
     let mut table = fixtures::mixed_workload();
     let first = table.rows[0].clone();

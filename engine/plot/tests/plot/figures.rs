@@ -81,6 +81,70 @@ fn bars_with_a_broken_y_axis() {
     insta::assert_snapshot!("bars_broken_y", svg);
 }
 
+/// The x of each `<text>` element whose content is one of `titles`, in the order the titles are given.
+fn title_positions(svg: &str, titles: &[&str]) -> Vec<Option<f64>> {
+    titles
+        .iter()
+        .map(|title| {
+            let end = svg.find(&format!(">\n{title}\n</text>"))?;
+            let start = svg[..end].rfind("<text ")?;
+            let x = svg[start..end].split("x=\"").nth(1)?.split('"').next()?;
+            x.parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn panels_follow_their_order_and_an_ordered_value_without_rows_gets_an_empty_panel() {
+    let spec = fixtures::sume_throughput_spec();
+    let svg = svg_of(&spec, "summary", fixtures::sume_throughput());
+    let x = title_positions(&svg, &["tx-only", "rx-only", "loopback"]);
+    assert!(x.iter().all(Option::is_some), "panel titles missing: {x:?}");
+    assert!(
+        x.windows(2).all(|pair| pair[0] < pair[1]),
+        "TX only, RX only, loopback from left to right: {x:?}"
+    );
+    assert!(!svg.contains("no data"));
+    insta::assert_snapshot!("bars_panel_order", svg);
+
+    // Values not listed follow in their natural order; a listed value no row has is an empty panel.
+    let mut partial = spec.clone();
+    partial.panels.as_mut().expect("panels").order = Some(fracflow_plot::PanelOrder::Values(
+        ["both", "rx-only"]
+            .map(|v| fracflow_record::Cell::Text(v.to_owned()))
+            .to_vec(),
+    ));
+    let svg = svg_of(&partial, "summary", fixtures::sume_throughput());
+    let x = title_positions(&svg, &["both", "rx-only", "loopback", "tx-only"]);
+    assert!(x.iter().all(Option::is_some), "panel titles missing: {x:?}");
+    assert!(x.windows(2).all(|pair| pair[0] < pair[1]), "{x:?}");
+    assert_eq!(svg.matches("no data").count(), 1, "one empty panel");
+}
+
+#[test]
+fn panel_order_by_column_orders_rows_and_columns() {
+    let mut spec = fixtures::scalability_spec();
+    spec.panels.as_mut().expect("panels").order = Some(
+        serde_json::from_value(serde_json::json!({"units": [4, 2], "m": [4096]}))
+            .expect("order parses"),
+    );
+    let svg = svg_of(&spec, "summary", fixtures::scalability());
+    // Row-major: m = 4096 first, then 1024; within a row units 4, 2, then 1.
+    let titles = [
+        "4 units · 4096 B",
+        "2 units · 4096 B",
+        "1 units · 4096 B",
+        "4 units · 1024 B",
+        "2 units · 1024 B",
+        "1 units · 1024 B",
+    ];
+    let order: Vec<usize> = titles
+        .iter()
+        .map(|title| svg.find(&format!(">\n{title}\n</text>")).expect(title))
+        .collect();
+    assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "{order:?}");
+}
+
 /// The `width="…"` and `height="…"` of the SVG root.
 fn svg_size(svg: &str) -> (u32, u32) {
     let attribute = |name: &str| {
@@ -149,7 +213,7 @@ fn spec_parses_every_key_of_the_format_and_keeps_written_order() {
               "break": {"below": [0, 50], "above": [1000, 10000]}},
         "error": "std_us",
         "series": {"column": "series", "order": ["fRAC", "CPU", "DPU"]},
-        "panels": {"rows": "m", "columns": "units", "title": "{units} units · {m} B"},
+        "panels": {"rows": "m", "columns": "units", "title": "{units} units · {m} B", "order": {"m": [4096, 1024]}},
         "where": {"m": 4096},
         "categories": {"column": "f", "names": {"1": "Top-K", "3": "Logit", "5": "Norm", "2": "CNN"}},
         "groups": {"column": "mix", "order": ["isolated", "mixed"], "names": {"mixed": "Mixed Workload"}},

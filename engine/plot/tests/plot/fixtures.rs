@@ -24,6 +24,7 @@ fn table(columns: &[&str], rows: Vec<Vec<Cell>>) -> Table {
     Table {
         columns: columns.iter().map(|c| (*c).to_owned()).collect(),
         rows,
+        labels: None,
     }
 }
 
@@ -197,5 +198,50 @@ pub fn mixed_workload_spec() -> PlotSpec {
         "error": "std_us",
         "categories": {"column": "f", "order": [1, 3, 5, 2], "names": {"1": "Top-K", "3": "Logit", "5": "Norm", "2": "CNN"}},
         "groups": {"column": "mix", "order": ["isolated", "mixed"], "names": {"mixed": "Mixed Workload"}}
+    }))
+}
+
+/// The SUME table: Mbit/s ± sd per direction, tool and size, its rows in the alphabetical order of their
+/// directions (loopback, rx-only, tx-only), as an aggregation of dependencies sorted by id has them.
+pub fn sume_throughput() -> Table {
+    let mut rows = Vec::new();
+    for (direction, scale) in [("loopback", 2.0), ("rx-only", 0.9), ("tx-only", 1.0)] {
+        for (tool, mbps) in [("iperf", 9400.0), ("netperf", 9300.0), ("pkt-gen", 9900.0)] {
+            for (size, share) in [(60.0, 0.04), (1500.0, 1.0)] {
+                let value = mbps * scale * share;
+                rows.push(vec![
+                    text(direction),
+                    text(tool),
+                    num(size),
+                    num(value),
+                    num(value * 0.01),
+                ]);
+            }
+        }
+    }
+    table(
+        &[
+            "direction",
+            "tool",
+            "size",
+            "throughput_mbps",
+            "throughput_mbps_sd",
+        ],
+        rows,
+    )
+}
+
+/// The SUME figure: a panel per direction in the seed table's order (TX only, RX only, loopback).
+pub fn sume_throughput_spec() -> PlotSpec {
+    spec(serde_json::json!({
+        "figure": "sume_throughput",
+        "title": "NetFPGA SUME throughput per size",
+        "style": "bars",
+        "x": {"column": "size", "label": "Size (B)"},
+        "y": {"column": "throughput_mbps", "label": "Throughput (Mbit/s)", "scale": "log"},
+        "error": "throughput_mbps_sd",
+        "categories": {"column": "size"},
+        "series": {"column": "tool", "order": ["iperf", "netperf", "pkt-gen"]},
+        "panels": {"columns": "direction", "title": "{direction}", "order": ["tx-only", "rx-only", "loopback"]}
     }))
 }
