@@ -217,7 +217,7 @@ snapshot() {
 		# shellcheck disable=SC2086
 		if ! host_run sysctl $_names >"$WORK/sysctl.out" 2>&1; then
 			sed 's/^/[sysctl] /' "$WORK/sysctl.out" >&2
-			die "reading the SUME counters failed (sysctl $_prefix…): is if_sume loaded and the board attached? After a reboot of the host under test, the cached driver and configure steps must run again: fracflow run sume --rerun driver --rerun configure"
+			die "reading the SUME counters failed (sysctl $_prefix…): is if_sume loaded and the board attached? fracflow runs the rescan, driver and configure steps just before the points that need them: was the host under test rebooted, or the driver unloaded, since? Then run fracflow again"
 		fi
 		awk -v p="$_prefix" '/: / { n = $1; sub(/:$/, "", n); if (index(n, p) == 1) print substr(n, length(p) + 1) "=" $2 }' \
 			"$WORK/sysctl.out" >"$_file"

@@ -1,5 +1,6 @@
 //! The NetFPGA SUME pipelines (`pipelines/sume/`): `sume` against the tool doubles of `tests/doubles/sume/`
-//! (flash, driver, interfaces, the seed's table, a watchdog reset, interfaces that never appear), and
+//! (flash, driver, interfaces, the seed's table, a watchdog reset, interfaces that never appear, the set-up steps
+//! running only before points that run), and
 //! `sume-loopback` for real with Debian's iperf3, netperf and sockperf on 127.0.0.1.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -322,6 +323,74 @@ fn sume_flashes_loads_the_driver_and_tabulates_the_seeds_table_against_tool_doub
         before,
         "no tool ran the second time"
     );
+    // No point runs, so the set-up steps (effects) did not either, and say why.
+    let events: Vec<serde_json::Value> =
+        std::fs::read_to_string(sandbox.results("sume").join("latest/events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+    for step in ["rescan", "driver", "configure"] {
+        assert!(
+            events.iter().any(|e| e["event"] == "node_skipped"
+                && e["node"] == step
+                && e["reason"] == "nothing that needs it runs"),
+            "{step}: {events:?}"
+        );
+    }
+
+    // One point measured again: the host is set up again first (rescan, driver, configure), the flash stays
+    // cached.
+    let point = "measure[direction=tx-only,tool=pkt-gen,size=60,rep=1]";
+    let rerun = run_with_doubles(
+        &sandbox,
+        &[
+            "run",
+            "sume",
+            "--testbed",
+            "sume-doubles",
+            "--smoke",
+            "--rerun",
+            point,
+        ],
+        &[],
+    );
+    assert_eq!(rerun.status.code(), Some(0), "{}", text(&rerun));
+    let started = nodes_with(&sandbox, "sume", "node_started");
+    for id in ["rescan", "driver", "configure", point] {
+        assert!(started.contains(id), "{id} runs: {started:?}");
+    }
+    assert!(
+        !started
+            .iter()
+            .any(|n| n == "flash" || (n.starts_with("measure[") && n != point)),
+        "{started:?}"
+    );
+    let steps = recorded(&sandbox);
+    let new = &steps[before..];
+    let at = |wanted: &str| {
+        new.iter().position(|l| l == wanted).unwrap_or_else(|| {
+            panic!(
+                "`{wanted}` was not run again; recorded:\n{}",
+                new.join("\n")
+            )
+        })
+    };
+    let (rescan, kldstat, address) = (
+        at("local: devctl rescan pci0"),
+        at("local: kldstat -q -m sume"),
+        at("local: ifconfig sume0 inet 10.0.0.1/24 up"),
+    );
+    let sent = at("local: pkt-gen -i sume0 -f tx -l 60 -w 0");
+    assert!(
+        rescan < kldstat && kldstat < address && address < sent,
+        "set up again, then the point:\n{}",
+        new.join("\n")
+    );
+    assert!(
+        !new.iter().any(|l| l.contains("dsumecfg")),
+        "the flash is not repeated: {new:?}"
+    );
 }
 
 #[test]
@@ -390,13 +459,17 @@ fn a_watchdog_reset_during_a_point_taints_its_row_and_the_run_exits_5() {
     let tainted = "watchdog_resets 1 (limit ±0) at direction=tx-only, size=1500, source=doubles, tool=pkt-gen";
     for verdict in per_row {
         if verdict.contains("direction=tx-only") && verdict.contains("size=1500") {
-            assert!(
-                verdict.starts_with(tainted) && verdict.ends_with('✗'),
-                "the verdict names the tainted row: {verdict}"
+            // The row is named by its labels only, not by the metrics beside them.
+            assert_eq!(
+                verdict,
+                format!("{tainted} ✗"),
+                "the verdict names the tainted row"
             );
         } else {
             assert!(
-                verdict.starts_with("watchdog_resets 0 ") && verdict.ends_with('✓'),
+                verdict.starts_with("watchdog_resets 0 ")
+                    && verdict.ends_with(", tool=pkt-gen ✓")
+                    && !verdict.contains("_sd="),
                 "{verdict}"
             );
         }

@@ -839,7 +839,8 @@ fn plan(project: &Project, select: &Select, json: bool) -> Result<u8, Failure> {
                 ),
             ),
             Verdict::Forced { .. } => ("run", "forced by --rerun".to_owned()),
-            Verdict::Always { .. } => ("run", "effect: runs whenever reached".to_owned()),
+            Verdict::Always { .. } => ("run", "effect: runs before what needs it".to_owned()),
+            Verdict::NotNeeded { .. } => ("skip", "effect: nothing that needs it runs".to_owned()),
             Verdict::AfterUpstream { upstream } => {
                 ("run?", format!("after upstream: {}", upstream.join(", ")))
             }

@@ -58,7 +58,7 @@ pub struct KindInfo {
     pub version: u32,
     /// Tool name → version string, probed once per tool.
     pub tools: BTreeMap<String, String>,
-    /// False for effects (programming a device) that must run whenever their dependents do.
+    /// False for effects (programming a device): never taken from the cache.
     pub cacheable: bool,
 }
 
@@ -102,6 +102,12 @@ pub trait Executor: Send + Sync {
     /// The command or action, as `plan` prints it.
     fn describe(&self, spec: &NodeSpec) -> String;
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError>;
+    /// Whether a non-cacheable node is a *lazy* effect (a device set-up step): it runs only when a node that
+    /// depends on it runs, once, before it; its dependents key on its spec, not on what it printed. Effects
+    /// that are not lazy run whenever the run reaches them.
+    fn lazy(&self, _spec: &NodeSpec) -> bool {
+        false
+    }
 }
 
 /// The registry of kinds the scheduler dispatches to.

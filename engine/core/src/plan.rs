@@ -1,6 +1,6 @@
 //! `plan` and `why`: what a run would do and why, computed from the cache without touching anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
@@ -26,8 +26,11 @@ pub enum Verdict {
     AfterUpstream { upstream: Vec<String> },
     /// Its key cannot be computed (missing input file, unknown kind).
     Error { message: String },
-    /// The kind is an effect (programming a device): it runs whenever the run reaches it.
+    /// The kind is an effect (programming a device): it runs whenever the run reaches it; a lazy effect, only
+    /// because something that needs it runs.
     Always { key: String },
+    /// A lazy effect (a set-up step) whose dependents are all cached: the run will skip it.
+    NotNeeded { key: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -62,7 +65,10 @@ pub fn plan(
 ) -> Vec<PlanItem> {
     let selected = graph.closure(targets);
     let mut output_hash: HashMap<NodeIndex, Option<String>> = HashMap::new();
-    let mut items = Vec::new();
+    // Lazy effects: their dependents key on their keys, and they key on none but each other's (see `scheduler`).
+    let mut lazy_nodes: HashSet<NodeIndex> = HashSet::new();
+    let mut items: Vec<PlanItem> = Vec::new();
+    let mut item_of: HashMap<NodeIndex, usize> = HashMap::new();
     for &index in graph.topological() {
         if !selected.contains(&index) {
             continue;
@@ -73,9 +79,14 @@ pub fn plan(
             .executor(&spec.kind)
             .map(|e| e.describe(spec))
             .unwrap_or_default();
+        let info = engine.kind_info(spec);
+        let lazy = info.as_ref().is_ok_and(|info| engine.is_lazy(spec, info));
         let mut upstream = BTreeMap::new();
         let mut pending = Vec::new();
         for dep in graph.dependencies(index) {
+            if lazy && !lazy_nodes.contains(&dep) {
+                continue;
+            }
             match output_hash.get(&dep).cloned().flatten() {
                 Some(hash) => {
                     upstream.insert(graph.spec(dep).id.clone(), hash);
@@ -88,7 +99,7 @@ pub fn plan(
         let (verdict, hash) = if !pending.is_empty() {
             (Verdict::AfterUpstream { upstream: pending }, None)
         } else {
-            match engine.kind_info(spec).and_then(|info| {
+            match info.and_then(|info| {
                 engine
                     .fingerprint(spec, &info, upstream, &options.testbed)
                     .map(|f| (info, f))
@@ -105,7 +116,11 @@ pub fn plan(
                     let forced = options.rerun.iter().any(|p| {
                         p == &spec.id || glob::Pattern::new(p).is_ok_and(|g| g.matches(&spec.id))
                     });
-                    if !info.cacheable {
+                    if lazy {
+                        // It runs only if a dependent does; `plan` cannot say yet, and prints it as an effect.
+                        lazy_nodes.insert(index);
+                        (Verdict::Always { key: key.clone() }, Some(key))
+                    } else if !info.cacheable {
                         (Verdict::Always { key }, None)
                     } else if forced {
                         (Verdict::Forced { key }, None)
@@ -133,6 +148,7 @@ pub fn plan(
             .cache
             .latest_for(&spec.id)
             .map(|entry| entry.outputs.values().map(|b| b.size).sum());
+        item_of.insert(index, items.len());
         items.push(PlanItem {
             node: spec.id.clone(),
             kind: spec.kind.clone(),
@@ -144,7 +160,46 @@ pub fn plan(
             fingerprint: current,
         });
     }
+    mark_unneeded_effects(graph, &selected, &lazy_nodes, &item_of, &mut items);
     items
+}
+
+/// A lazy effect runs when a node that depends on it runs (along a chain, when the next effect runs) or when
+/// nothing in the plan depends on it (asked for by itself); otherwise the run skips it, as the scheduler does.
+fn mark_unneeded_effects(
+    graph: &Graph,
+    selected: &std::collections::BTreeSet<NodeIndex>,
+    lazy_nodes: &HashSet<NodeIndex>,
+    item_of: &HashMap<NodeIndex, usize>,
+    items: &mut [PlanItem],
+) {
+    let mut needed: HashSet<NodeIndex> = HashSet::new();
+    for &index in graph.topological().iter().rev() {
+        if !lazy_nodes.contains(&index) {
+            continue;
+        }
+        let dependents: Vec<NodeIndex> = graph
+            .dependents(index)
+            .filter(|d| selected.contains(d))
+            .collect();
+        let runs = dependents.is_empty()
+            || dependents.iter().any(|d| {
+                if lazy_nodes.contains(d) {
+                    needed.contains(d)
+                } else {
+                    item_of
+                        .get(d)
+                        .is_none_or(|&i| !matches!(items[i].verdict, Verdict::Cached { .. }))
+                }
+            });
+        if runs {
+            needed.insert(index);
+        } else if let Some(&i) = item_of.get(&index)
+            && let Verdict::Always { key } = &items[i].verdict
+        {
+            items[i].verdict = Verdict::NotNeeded { key: key.clone() };
+        }
+    }
 }
 
 /// What `why NODE` reports.

@@ -7,6 +7,22 @@
 //! result is then a cache hit. No deadlock is possible: a lock is held only while its node executes, and an
 //! executing node waits for nothing but its own process, so no engine ever holds a key while it waits for
 //! another one.
+//!
+//! Lazy effects (`Executor::lazy`: `command` nodes with `effect: true`, device set-up steps such as program →
+//! reboot → driver) run when, and only when, a node that depends on them runs, at most once per run, before
+//! it. To know whether a dependent is a cache hit before the effect runs, an effect contributes to its
+//! dependents' keys the hash of what it does, not of what it printed: its own fingerprint, in which `upstream`
+//! holds only the keys of the lazy effects it depends on (the chain before it). The outputs of cacheable
+//! dependencies are left out: an effect has no outputs to carry them, and such a dependency orders the effect
+//! (the second bitstream is programmed after every run on the first) rather than shaping the state it sets up.
+//! A node whose result depends on what a cacheable node made depends on that node itself. An effect whose
+//! dependents are all cache hits is reported skipped, "nothing that needs it runs". An effect that nothing
+//! in the run depends on (it was asked for itself), or one matched by `--rerun`, runs.
+//!
+//! Only `effect: true` commands are lazy, not every non-cacheable kind: `program` and `load` write outputs
+//! that record what the device was found to hold, which their dependents read and key on, so those keys are
+//! not known before they run; and a figure pipeline that uses them relies on the device being programmed
+//! whenever the run reaches them (a fully cached `frac-measure` still programs its device).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -104,6 +120,15 @@ impl Engine<'_> {
         executor.info(spec)
     }
 
+    /// Whether `spec` is a lazy effect: a non-cacheable node whose kind says so (see `Executor::lazy`).
+    pub fn is_lazy(&self, spec: &NodeSpec, info: &KindInfo) -> bool {
+        !info.cacheable
+            && self
+                .kinds
+                .executor(&spec.kind)
+                .is_some_and(|executor| executor.lazy(spec))
+    }
+
     /// The node's fingerprint, given its dependencies' output hashes.
     pub fn fingerprint(
         &self,
@@ -159,7 +184,14 @@ enum State {
     Done(String),
     Failed,
     Skipped,
+    /// A lazy effect whose key is known and that no node has needed yet.
+    Deferred,
+    /// A lazy effect that no node needed: it did not run.
+    NotNeeded,
 }
+
+/// Why a lazy effect did not run.
+const NOT_NEEDED: &str = "nothing that needs it runs";
 
 struct Finished {
     index: NodeIndex,
@@ -215,6 +247,7 @@ pub fn run(
     // Nodes whose key is known and missing from the cache, waiting for cores, their device or another engine.
     let mut runnable: BTreeMap<(usize, NodeIndex), Pending> = BTreeMap::new();
     let mut blocked: HashMap<NodeIndex, Blocked> = HashMap::new();
+    let mut effects = Effects::default();
     for &index in &selected {
         if waiting_on[&index] == 0 {
             ready.insert((position[&index], index));
@@ -285,23 +318,30 @@ pub fn run(
         loop {
             // Newly ready nodes get their key once: a hit completes now (it needs no core), a miss waits to run.
             while !must_stop(cancel, options, &summary) {
-                let Some((pos, index)) = ready.pop_first() else {
+                let Some((_, index)) = ready.pop_first() else {
                     break;
                 };
                 let spec = graph.spec(index);
-                let upstream: BTreeMap<String, String> = graph
-                    .dependencies(index)
-                    .filter_map(|d| match &state[&d] {
-                        State::Done(hash) => Some((graph.spec(d).id.clone(), hash.clone())),
-                        _ => None,
-                    })
-                    .collect();
                 let prepared = engine.kind_info(spec).and_then(|info| {
+                    let lazy = engine.is_lazy(spec, &info);
+                    // A lazy effect's dependents key on its key; its own key leaves out what cacheable
+                    // dependencies made (see the module's comment).
+                    let upstream: BTreeMap<String, String> = graph
+                        .dependencies(index)
+                        .filter_map(|d| {
+                            let hash = match (effects.keys.get(&d), &state[&d]) {
+                                (Some(key), _) => key,
+                                (None, State::Done(hash)) if !lazy => hash,
+                                _ => return None,
+                            };
+                            Some((graph.spec(d).id.clone(), hash.clone()))
+                        })
+                        .collect();
                     engine
                         .fingerprint(spec, &info, upstream, &options.testbed)
-                        .map(|f| (info, f))
+                        .map(|f| (info, lazy, f))
                 });
-                let (info, fingerprint) = match prepared {
+                let (info, lazy, fingerprint) = match prepared {
                     Ok(pair) => pair,
                     Err(error) => {
                         fail(
@@ -319,6 +359,45 @@ pub fn run(
                 };
                 let key = fingerprint.key();
                 let forced = options.rerun.iter().any(|p| matches_pattern(p, &spec.id));
+                if lazy {
+                    run_dir.record_mut(&spec.id, &spec.kind).key = Some(key.clone());
+                    effects.keys.insert(index, key.clone());
+                    let pending = Pending {
+                        fingerprint,
+                        lock: false,
+                        forced,
+                    };
+                    // Its dependents get their keys now; whether it runs depends on theirs. One that nothing in
+                    // this run depends on was selected for its own sake (`fracflow run setup`), and runs.
+                    let wanted = !graph.dependents(index).any(|d| selected.contains(&d));
+                    let now = if forced || wanted {
+                        State::Ready
+                    } else {
+                        State::Deferred
+                    };
+                    complete(
+                        graph,
+                        index,
+                        now.clone(),
+                        &mut state,
+                        &mut waiting_on,
+                        &mut ready,
+                        &position,
+                    );
+                    if now == State::Deferred {
+                        effects.deferred.insert(index, pending);
+                    } else {
+                        effects.enqueue(
+                            graph,
+                            index,
+                            pending,
+                            &position,
+                            &mut state,
+                            &mut runnable,
+                        );
+                    }
+                    continue;
+                }
                 if info.cacheable
                     && !forced
                     && let Some(entry) = engine.cache.get(&key)
@@ -342,13 +421,17 @@ pub fn run(
                     )?;
                     continue;
                 }
-                runnable.insert(
-                    (pos, index),
+                effects.enqueue(
+                    graph,
+                    index,
                     Pending {
                         fingerprint,
                         lock: info.cacheable,
                         forced,
                     },
+                    &position,
+                    &mut state,
+                    &mut runnable,
                 );
             }
             // Launch runnable nodes in declaration order while the core budget has room; a node whose device
@@ -363,6 +446,17 @@ pub fn run(
                     break;
                 };
                 cursor = runnable.range((pos, index)..).nth(1).map(|(k, _)| *k);
+                // A node waiting in line for an effect that failed was skipped with it.
+                if state.get(&index) == Some(&State::Skipped) {
+                    runnable.remove(&(pos, index));
+                    effects.awaiting.remove(&index);
+                    blocked.remove(&index);
+                    continue;
+                }
+                // Its effects run first.
+                if effects.awaiting.contains_key(&index) {
+                    continue;
+                }
                 let spec = graph.spec(index);
                 let cores = node_cores(spec, budget);
                 if running > 0 && (cores_in_use + cores > budget || conflicts(spec, &held)) {
@@ -561,15 +655,21 @@ pub fn run(
                         },
                     )?;
                     summary.built += 1;
-                    complete(
-                        graph,
-                        finished.index,
-                        entry.output_hash,
-                        &mut state,
-                        &mut waiting_on,
-                        &mut ready,
-                        &position,
-                    );
+                    if let Some(key) = effects.keys.get(&finished.index) {
+                        // Its dependents were keyed when it was; now the ones in line for it may start.
+                        state.insert(finished.index, State::Done(key.clone()));
+                        effects.release(graph, finished.index);
+                    } else {
+                        complete(
+                            graph,
+                            finished.index,
+                            State::Done(entry.output_hash),
+                            &mut state,
+                            &mut waiting_on,
+                            &mut ready,
+                            &position,
+                        );
+                    }
                 }
                 Err(error) => {
                     fail(
@@ -595,6 +695,47 @@ pub fn run(
     } else {
         "run stopped after a failure"
     };
+    // A lazy effect nobody needed was not needed when each of its dependents was a cache hit or an effect not
+    // needed either; one whose dependents never got that far was skipped with them. Last dependents first.
+    let mut unneeded: Vec<NodeIndex> = state
+        .iter()
+        .filter(|(_, s)| **s == State::Deferred)
+        .map(|(&i, _)| i)
+        .collect();
+    unneeded.sort_by_key(|i| std::cmp::Reverse(position[i]));
+    for &index in &unneeded {
+        let stopped = graph.dependents(index).any(|d| {
+            matches!(
+                state.get(&d),
+                Some(State::Waiting | State::Ready | State::Skipped)
+            )
+        });
+        state.insert(
+            index,
+            if stopped {
+                State::Ready
+            } else {
+                State::NotNeeded
+            },
+        );
+    }
+    unneeded.reverse();
+    for index in unneeded {
+        if state[&index] == State::NotNeeded {
+            let spec = graph.spec(index);
+            let record = run_dir.record_mut(&spec.id, &spec.kind);
+            record.status = NodeStatus::Skipped;
+            record.reason = Some(NOT_NEEDED.to_owned());
+            emit(
+                run_dir,
+                observer,
+                EventKind::NodeSkipped {
+                    node: spec.id.clone(),
+                    reason: NOT_NEEDED.to_owned(),
+                },
+            )?;
+        }
+    }
     let mut leftover: Vec<NodeIndex> = state
         .iter()
         .filter(|(_, s)| matches!(s, State::Waiting | State::Ready))
@@ -603,7 +744,9 @@ pub fn run(
     leftover.sort_by_key(|i| position[i]);
     for index in leftover {
         let spec = graph.spec(index);
-        run_dir.record_mut(&spec.id, &spec.kind).status = NodeStatus::Skipped;
+        let record = run_dir.record_mut(&spec.id, &spec.kind);
+        record.status = NodeStatus::Skipped;
+        record.reason = Some(reason.to_owned());
         emit(
             run_dir,
             observer,
@@ -615,7 +758,12 @@ pub fn run(
     }
     summary.skipped = state
         .values()
-        .filter(|s| matches!(s, State::Skipped | State::Waiting | State::Ready))
+        .filter(|s| {
+            matches!(
+                s,
+                State::Skipped | State::Waiting | State::Ready | State::NotNeeded
+            )
+        })
         .count();
     summary.status = if cancel.is_cancelled() {
         RunStatus::Interrupted
@@ -641,6 +789,64 @@ pub fn run(
     engine.stat.save()?;
     run_dir.finish(summary.status)?;
     Ok(summary)
+}
+
+/// The lazy effects of a run: their keys, the ones no node has needed yet, and the nodes in line for them.
+#[derive(Default)]
+struct Effects {
+    /// Every lazy effect whose key is known → that key, which its dependents key on.
+    keys: HashMap<NodeIndex, String>,
+    /// Lazy effects that no node has needed yet.
+    deferred: HashMap<NodeIndex, Pending>,
+    /// Runnable nodes → how many of their lazy effects have yet to finish.
+    awaiting: HashMap<NodeIndex, usize>,
+}
+
+impl Effects {
+    /// Makes `index` runnable, and with it every lazy effect it depends on that has not run yet (and theirs:
+    /// program → reboot → driver), each waiting for those before it.
+    fn enqueue(
+        &mut self,
+        graph: &Graph,
+        index: NodeIndex,
+        pending: Pending,
+        position: &HashMap<NodeIndex, usize>,
+        state: &mut HashMap<NodeIndex, State>,
+        runnable: &mut BTreeMap<(usize, NodeIndex), Pending>,
+    ) {
+        let mut stack = vec![(index, pending)];
+        while let Some((node, pending)) = stack.pop() {
+            let mut unfinished = 0;
+            for dependency in graph.dependencies(node) {
+                // Done: it ran earlier in this run. Otherwise it is deferred (needed now), or already in line.
+                if self.keys.contains_key(&dependency)
+                    && !matches!(state.get(&dependency), Some(State::Done(_)))
+                {
+                    unfinished += 1;
+                    if let Some(effect) = self.deferred.remove(&dependency) {
+                        state.insert(dependency, State::Ready);
+                        stack.push((dependency, effect));
+                    }
+                }
+            }
+            if unfinished > 0 {
+                self.awaiting.insert(node, unfinished);
+            }
+            runnable.insert((position[&node], node), pending);
+        }
+    }
+
+    /// The effect `index` finished: its dependents in line for it wait for one effect fewer.
+    fn release(&mut self, graph: &Graph, index: NodeIndex) {
+        for dependent in graph.dependents(index) {
+            if let Some(count) = self.awaiting.get_mut(&dependent) {
+                *count -= 1;
+                if *count == 0 {
+                    self.awaiting.remove(&dependent);
+                }
+            }
+        }
+    }
 }
 
 /// The scheduler's bookkeeping that a completed node updates.
@@ -681,7 +887,7 @@ fn use_cached(
     complete(
         graph,
         index,
-        entry.output_hash,
+        State::Done(entry.output_hash),
         progress.state,
         progress.waiting_on,
         progress.ready,
@@ -741,16 +947,18 @@ fn conflicts(spec: &NodeSpec, held: &HashSet<Resource>) -> bool {
     exclusive(spec).any(|r| held.contains(&r))
 }
 
+/// The node's key contribution is known (`now` is `Done`, or for a lazy effect `Deferred` or `Ready`): its
+/// dependents that waited only for it become ready.
 fn complete(
     graph: &Graph,
     index: NodeIndex,
-    output_hash: String,
+    now: State,
     state: &mut HashMap<NodeIndex, State>,
     waiting_on: &mut HashMap<NodeIndex, usize>,
     ready: &mut BTreeSet<(usize, NodeIndex)>,
     position: &HashMap<NodeIndex, usize>,
 ) {
-    state.insert(index, State::Done(output_hash));
+    state.insert(index, now);
     for dependent in graph.dependents(index) {
         if let Some(count) = waiting_on.get_mut(&dependent) {
             *count -= 1;
@@ -795,13 +1003,16 @@ fn fail(
         if matches!(state.get(&dependent), Some(State::Waiting | State::Ready)) {
             state.insert(dependent, State::Skipped);
             let dep_spec = graph.spec(dependent);
-            run_dir.record_mut(&dep_spec.id, &dep_spec.kind).status = NodeStatus::Skipped;
+            let reason = format!("dependency `{}` failed", spec.id);
+            let record = run_dir.record_mut(&dep_spec.id, &dep_spec.kind);
+            record.status = NodeStatus::Skipped;
+            record.reason = Some(reason.clone());
             emit(
                 run_dir,
                 observer,
                 EventKind::NodeSkipped {
                     node: dep_spec.id.clone(),
-                    reason: format!("dependency `{}` failed", spec.id),
+                    reason,
                 },
             )?;
             stack.extend(graph.dependents(dependent));

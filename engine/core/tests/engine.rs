@@ -586,3 +586,200 @@ fn two_engines_on_one_cache_build_each_key_once() {
     assert!(report.corrupt.is_empty(), "{:?}", report.corrupt);
     assert_eq!(report.entries, nodes.len());
 }
+
+/// The pure kind beside `effect`, a lazy effect (never cached, run only for dependents that run) that does
+/// nothing but fail when its config says `fail: true`. Executions of both kinds are logged in order.
+#[derive(Default)]
+struct WithEffects {
+    pure: Pure,
+}
+
+impl Executor for WithEffects {
+    fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+        Ok(KindInfo {
+            version: 1,
+            tools: BTreeMap::new(),
+            cacheable: spec.kind != "effect",
+        })
+    }
+    fn describe(&self, spec: &NodeSpec) -> String {
+        format!("{} {}", spec.kind, spec.id)
+    }
+    fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
+        if job.spec.kind != "effect" {
+            return self.pure.execute(job);
+        }
+        self.pure
+            .executed
+            .lock()
+            .map_err(|e| NodeError::permanent(e.to_string()))?
+            .push(job.spec.id.clone());
+        if job.spec.config.contains_key("fail") {
+            return Err(NodeError::permanent("the board did not come back"));
+        }
+        Ok(Outcome::default())
+    }
+    fn lazy(&self, spec: &NodeSpec) -> bool {
+        spec.kind == "effect"
+    }
+}
+
+impl Kinds for WithEffects {
+    fn executor(&self, kind: &str) -> Option<&dyn Executor> {
+        matches!(kind, "pure" | "effect").then_some(self as &dyn Executor)
+    }
+}
+
+fn effect(id: &str, deps: &[&str], value: u64) -> NodeSpec {
+    let deps: Vec<String> = deps.iter().map(|d| (*d).to_owned()).collect();
+    let mut spec = node(id, &deps, value, vec![]);
+    spec.kind = "effect".into();
+    spec.outputs = Vec::new();
+    spec
+}
+
+/// A pure node that keys on its dependencies but does not read their outputs (an effect has none).
+fn measured(id: &str, deps: &[&str], value: u64) -> NodeSpec {
+    let deps: Vec<String> = deps.iter().map(|d| (*d).to_owned()).collect();
+    let mut spec = node(id, &deps, value, vec![]);
+    spec.config
+        .insert("constant".into(), serde_json::json!(true));
+    spec
+}
+
+/// Runs `nodes` with the effect kinds; returns the summary, the executed ids in order and the run directory.
+fn run_effects(
+    root: &Path,
+    nodes: &[NodeSpec],
+) -> (fracflow_core::RunSummary, Vec<String>, RunDir) {
+    let kinds = WithEffects::default();
+    let (summary, run_dir) = run_with(&kinds, 2, root, &root.join("cache"), nodes);
+    let executed = kinds.pure.executed.into_inner().expect("lock");
+    (summary, executed, run_dir)
+}
+
+/// Where `id` was executed in `executed`; fails unless exactly once.
+fn once(executed: &[String], id: &str) -> usize {
+    let at: Vec<usize> = (0..executed.len()).filter(|&i| executed[i] == id).collect();
+    assert_eq!(at.len(), 1, "{id} runs once: {executed:?}");
+    at[0]
+}
+
+/// The manifest's status and skip reason of `id`, and the reason its `node_skipped` event gave.
+fn skip_of(
+    run_dir: &RunDir,
+    id: &str,
+) -> (fracflow_record::NodeStatus, Option<String>, Option<String>) {
+    let record = &run_dir.manifest().nodes[id];
+    let events = std::fs::read_to_string(run_dir.dir().join("events.jsonl")).expect("events");
+    let event = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<fracflow_record::Event>(l).ok())
+        .find_map(|e| match e.kind {
+            EventKind::NodeSkipped { node, reason } if node == id => Some(reason),
+            _ => None,
+        });
+    (record.status, record.reason.clone(), event)
+}
+
+#[test]
+fn lazy_effects_run_once_before_what_needs_them_and_not_for_cache_hits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    // order → program → reboot → driver → a, b: a cached node the chain waits for, then a chain of effects.
+    let make = |order: u64, program: u64, extra: bool| {
+        let mut nodes = vec![
+            node("order", &[], order, vec![]),
+            effect("program", &["order"], program),
+            effect("reboot", &["program"], 2),
+            effect("driver", &["reboot"], 3),
+            measured("a", &["driver"], 4),
+            measured("b", &["driver"], 5),
+        ];
+        if extra {
+            nodes.push(measured("c", &["driver"], 6));
+        }
+        nodes
+    };
+    let chain = ["program", "reboot", "driver"];
+
+    let (summary, executed, _) = run_effects(root, &make(1, 1, false));
+    assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
+    let at: Vec<usize> = ["order", "program", "reboot", "driver"]
+        .iter()
+        .map(|id| once(&executed, id))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "in order: {executed:?}");
+    assert!(once(&executed, "a") > at[3] && once(&executed, "b") > at[3]);
+
+    // Everything that needs the chain is a hit: no effect runs, each says why.
+    let (summary, executed, run_dir) = run_effects(root, &make(1, 1, false));
+    assert!(executed.is_empty(), "{executed:?}");
+    assert_eq!((summary.cached, summary.skipped, summary.built), (3, 3, 0));
+    for id in chain {
+        let reason = Some("nothing that needs it runs".to_owned());
+        assert_eq!(
+            skip_of(&run_dir, id),
+            (fracflow_record::NodeStatus::Skipped, reason.clone(), reason),
+            "{id}"
+        );
+    }
+
+    // A new dependent: the chain runs once more, before it alone.
+    let (summary, executed, _) = run_effects(root, &make(1, 1, true));
+    assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
+    assert_eq!(executed, ["program", "reboot", "driver", "c"]);
+
+    // What the chain waits for changed: it runs again, but effects key on their own spec, so the measured nodes
+    // stay hits and nothing needs the chain.
+    let (_, executed, _) = run_effects(root, &make(9, 1, true));
+    assert_eq!(executed, ["order"]);
+
+    // The first effect's spec changed: through the chain, every measured node's key changed.
+    let (_, executed, _) = run_effects(root, &make(9, 7, true));
+    assert_eq!(executed[..3], chain);
+    let measured: BTreeSet<&str> = executed[3..].iter().map(String::as_str).collect();
+    assert_eq!(measured, BTreeSet::from(["a", "b", "c"]));
+}
+
+#[test]
+fn a_failed_effect_skips_what_needs_it_and_runs_nothing_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let mut program = effect("program", &[], 1);
+    program
+        .config
+        .insert("fail".into(), serde_json::json!(true));
+    let nodes = vec![
+        program,
+        effect("driver", &["program"], 2),
+        measured("a", &["driver"], 3),
+        measured("b", &["driver"], 4),
+    ];
+    let (summary, executed, run_dir) = run_effects(root, &nodes);
+    assert_eq!(summary.status, RunStatus::Failed);
+    assert_eq!(executed, ["program"]);
+    assert_eq!(summary.failed.len(), 1, "{summary:?}");
+    assert_eq!(summary.failed[0].0, "program");
+    for id in ["driver", "a", "b"] {
+        let reason = Some("dependency `program` failed".to_owned());
+        assert_eq!(
+            skip_of(&run_dir, id),
+            (fracflow_record::NodeStatus::Skipped, reason.clone(), reason),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn an_effect_nothing_in_the_run_depends_on_runs_for_its_own_sake() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    // `fracflow run setup` where setup is the last effect of a chain: it was asked for, and so is what it needs.
+    let nodes = vec![effect("program", &[], 1), effect("driver", &["program"], 2)];
+    for _ in 0..2 {
+        let (summary, executed, _) = run_effects(root, &nodes);
+        assert_eq!(summary.status, RunStatus::Succeeded, "{summary:?}");
+        assert_eq!(executed, ["program", "driver"]);
+    }
+}

@@ -12,6 +12,10 @@
 //! `auto`: `0x…` as hex, else a decimal float), or a JSON path. A node with `metrics` or `labels` writes
 //! `metrics.json` (`{"point", "labels", "metrics"}`), which an `aggregate` node with `stats: metrics` reads as
 //! one row; the loader adds it to the node's outputs.
+//!
+//! With `effect: true` the node is a lazy effect (a device set-up step: program, reboot, load a driver): never
+//! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). The loader makes sure
+//! it declares no outputs, metrics or labels.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -104,6 +108,8 @@ struct CommandConfig {
     labels: BTreeMap<String, serde_json::Value>,
     #[serde(default = "default_success")]
     success_codes: Vec<i32>,
+    #[serde(default)]
+    effect: bool,
 }
 
 fn default_success() -> Vec<i32> {
@@ -140,13 +146,18 @@ pub fn dep_variable(id: &str) -> String {
 
 impl Executor for CommandKind {
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        config(spec)?;
+        let config = config(spec)?;
         Ok(KindInfo {
-            // 2: `require`, `labels`, k-th match and bases, and `metrics.json`.
+            // 2: `require`, `labels`, k-th match and bases, and `metrics.json`. (`effect` needs no bump: it is
+            // in the config only when true, so the keys of other nodes stay as they were.)
             version: 2,
             tools: BTreeMap::new(),
-            cacheable: true,
+            cacheable: !config.effect,
         })
+    }
+
+    fn lazy(&self, spec: &NodeSpec) -> bool {
+        config(spec).is_ok_and(|config| config.effect)
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {

@@ -516,6 +516,17 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
             Err(None) => BTreeMap::new(),
         };
+        if let (Some(first), Some(why)) = (
+            def.common.outputs.first(),
+            (def.kind.outputs_forbidden)(&config),
+        ) {
+            self.lx.instance_error(
+                first.loc,
+                format!("node `{}` declares outputs but is an effect", def.name),
+                Some(why.to_owned()),
+                None,
+            );
+        }
         for implied in (def.kind.implied_outputs)(&config) {
             if !outputs.iter().any(|o| o == implied) {
                 outputs.push(implied.to_owned());

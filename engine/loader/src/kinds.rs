@@ -62,6 +62,11 @@ pub(crate) struct CommandKind {
     /// Exit codes that count as success (default: `[0]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_codes: Option<Vec<i32>>,
+    /// A device set-up step (program a board, reboot a host, load a driver): never cached, and run only when a
+    /// node that depends on it runs, once, before it. Its dependents key on its command, not on what it
+    /// printed. It declares no `outputs`, `metrics` or `labels`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub effect: bool,
 }
 
 /// `group`: does nothing itself; it gathers its `deps` (e.g. to name them in a target).
@@ -73,6 +78,42 @@ pub(crate) struct GroupKind {}
 const METRICS_FILE: &str = "metrics.json";
 
 impl Kind for CommandKind {
+    const CHECKS: bool = true;
+    fn check(&self, node: &str, _root: &Path) -> Vec<KindProblem> {
+        if !self.effect {
+            return Vec::new();
+        }
+        // Its dependents key on its command, not on what it printed, and it does not run when they are all
+        // cached: values read from its output would belong to no key, and would be missing from such runs.
+        let why = "an effect's output is not kept: a dependent keys on the effect's command, and when every \
+                   dependent is cached the effect does not run at all; read the value in the node that needs it";
+        let mut problems = Vec::new();
+        for (key, empty) in [
+            ("metrics", self.metrics.is_empty()),
+            ("labels", self.labels.is_empty()),
+        ] {
+            if !empty {
+                problems.push(KindProblem {
+                    key,
+                    message: format!(
+                        "node `{node}` is an effect (`effect: true`) and cannot have `{key}`"
+                    ),
+                    hint: Some(why.to_owned()),
+                });
+            }
+        }
+        problems
+    }
+    fn outputs_forbidden(config: &Config) -> Option<&'static str> {
+        config
+            .get("effect")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+            .then_some(
+                "an effect (`effect: true`) is never cached and its dependents key on its command, not on files \
+                 it writes: drop `outputs:`, or drop `effect: true` to make a cached node",
+            )
+    }
     fn implied_outputs(config: &Config) -> Vec<&'static str> {
         let non_empty = |key: &str| {
             config
@@ -1165,6 +1206,8 @@ pub(crate) struct KindDef {
     /// Files the kind writes beyond the node's `outputs:`, given its resolved config; the loader adds them to
     /// the node's outputs so the cache keeps them.
     pub implied_outputs: fn(&Config) -> Vec<&'static str>,
+    /// Why the node may not declare `outputs:`, given its resolved config (`None`: it may).
+    pub outputs_forbidden: fn(&Config) -> Option<&'static str>,
 }
 
 /// Checks a node's resolved config (`&str` is the node's name, `&Path` the project root).
@@ -1179,6 +1222,7 @@ impl KindDef {
             schema: T::json_schema,
             check: if T::CHECKS { Some(check_of::<T>) } else { None },
             implied_outputs: T::implied_outputs,
+            outputs_forbidden: T::outputs_forbidden,
         }
     }
 }
@@ -1194,6 +1238,10 @@ pub(crate) trait Kind: DeserializeOwned + Serialize + JsonSchema {
     /// Files the kind writes whatever the node's `outputs:` say (see [`KindDef::implied_outputs`]).
     fn implied_outputs(_config: &Config) -> Vec<&'static str> {
         Vec::new()
+    }
+    /// Why a node of this kind may not declare outputs (see [`KindDef::outputs_forbidden`]).
+    fn outputs_forbidden(_config: &Config) -> Option<&'static str> {
+        None
     }
 }
 

@@ -94,6 +94,7 @@ catalogue! {
     local_axis_unmatched_dep,
     fpga_bad_values,
     fpga_missing_sources,
+    effect_with_outputs,
 }
 
 #[test]

@@ -46,6 +46,9 @@ pub struct NodeRecord {
     pub metrics: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why a skipped node did not run (a dependency failed, the run stopped, nothing needed an effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Log file relative to the run directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
@@ -62,6 +65,7 @@ impl NodeRecord {
             outputs: BTreeMap::new(),
             metrics: BTreeMap::new(),
             error: None,
+            reason: None,
             log: None,
         }
     }

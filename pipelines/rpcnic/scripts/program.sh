@@ -1,9 +1,10 @@
 #!/bin/sh
 # Programs the U280 with one bitstream through Vivado's Hardware Manager in batch mode, against the lab's remote
 # hw_server (the artifact does this in the GUI over X11), then records what was programmed. The host must be
-# rebooted afterwards so that PCIe re-enumerates the new design (the `reboot` step).
+# rebooted afterwards so that PCIe re-enumerates the new design (the `reboot` step). It is an effect: what it
+# programmed goes to its log; nothing in $FRACFLOW_OUT (its private scratch directory) is kept.
 #
-# usage: program.sh VIVADO TCL HW_SERVER HW_TARGET HW_DEVICE BITSTREAM   (writes $FRACFLOW_OUT/programmed.json)
+# usage: program.sh VIVADO TCL HW_SERVER HW_TARGET HW_DEVICE BITSTREAM
 set -eu
 vivado=$1 tcl=$2 server=$3 target=$4 device=$5 bitstream=$6
 [ -s "$bitstream" ] || { echo "program: bitstream $bitstream is missing or empty" >&2; exit 1; }
@@ -22,5 +23,4 @@ code=$(cat "$status")
 grep -q "^fracflow: programmed $device with " "$log" ||
     { echo "program: Vivado did not report programming $device (see the log above)" >&2; exit 1; }
 sha=$(sha256sum "$bitstream" | cut -d' ' -f1)
-printf '{"bitstream": "%s", "sha256": "%s", "hw_server": "%s", "device": "%s"}\n' \
-    "$(basename "$bitstream")" "$sha" "$server" "$device" >"$FRACFLOW_OUT/programmed.json"
+echo "program: $device holds $(basename "$bitstream") (sha256 $sha) via $server" >&2

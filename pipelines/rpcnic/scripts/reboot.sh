@@ -3,7 +3,7 @@
 # ssh again with a new boot id, polling every POLL seconds for at most WAIT seconds. fracflow runs on another
 # machine: it reaches the host with the `ssh` command given.
 #
-# usage: reboot.sh "SSH" "SUDO" WAIT POLL   (writes $FRACFLOW_OUT/rebooted.json)
+# usage: reboot.sh "SSH" "SUDO" WAIT POLL
 set -u
 ssh=$1 sudo=$2 wait_s=$3 poll_s=$4
 boot_id=/proc/sys/kernel/random/boot_id
@@ -16,7 +16,7 @@ deadline=$(($(date +%s) + wait_s))
 while :; do
     if now=$($ssh cat $boot_id 2>/dev/null) && [ -n "$now" ] && [ "$now" != "$before" ]; then
         echo "reboot: host is back with boot id $now" >&2
-        break
+        exit 0
     fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
         echo "reboot: the host did not come back with a new boot id within ${wait_s}s" >&2
@@ -24,5 +24,3 @@ while :; do
     fi
     sleep "$poll_s"
 done
-# Deterministic on purpose: the runs key on this file, and a new boot must not re-measure what is cached.
-echo '{"rebooted": true}' >"$FRACFLOW_OUT/rebooted.json"
