@@ -42,8 +42,8 @@ fn nodes_with(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String
         .collect()
 }
 
-/// The rows of a CSV table as maps of column → text.
-fn csv_rows(path: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
+/// The rows of a CSV table (an aggregate's export: no quoted commas) as maps of column → text.
+pub(crate) fn csv_rows(path: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut lines = text.lines();
     let header: Vec<String> = lines

@@ -4,9 +4,9 @@
 //! `sume-loopback` for real with Debian's iperf3, netperf and sockperf on 127.0.0.1.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Output;
 
+use crate::figures::csv_rows;
 use crate::support::{Sandbox, copy_tree, repo, text};
 
 type Row = BTreeMap<String, String>;
@@ -46,27 +46,6 @@ fn recorded(sandbox: &Sandbox) -> Vec<String> {
         .lines()
         .filter(|l| !l.starts_with("local: ssh ") && !l.starts_with("local: sudo "))
         .map(str::to_owned)
-        .collect()
-}
-
-/// The rows of a CSV table (the aggregate's, no quoted commas), numbers as written.
-fn csv_rows(path: &Path) -> Vec<Row> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut lines = text.lines();
-    let header: Vec<String> = lines
-        .next()
-        .expect("header")
-        .split(',')
-        .map(|c| c.trim_matches('"').to_owned())
-        .collect();
-    lines
-        .map(|line| {
-            header
-                .iter()
-                .cloned()
-                .zip(line.split(',').map(|c| c.trim_matches('"').to_owned()))
-                .collect()
-        })
         .collect()
 }
 
