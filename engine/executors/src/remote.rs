@@ -39,9 +39,26 @@ pub struct SshHost {
     pub options: Vec<String>,
 }
 
+/// Whether an ssh command may start the shared connection later commands to the host reuse. A handshake costs
+/// about 0.45 s on a loaded 2-core machine and a point needs three commands (leftover check, launch, stop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mux {
+    /// A short command: it may become the shared connection, which stays up `CONTROL_PERSIST_S` after its
+    /// last session.
+    Start,
+    /// The server's launch: it uses the shared connection when there is one but never becomes it, since a
+    /// backgrounded master keeps its argv, and this one's names the server's token.
+    Join,
+}
+
+/// How long an idle shared connection stays up.
+const CONTROL_PERSIST_S: u32 = 60;
+
 impl SshHost {
-    /// ssh's arguments for running `remote` (one shell command line) on the host.
-    pub fn args(&self, remote: &str) -> Vec<String> {
+    /// ssh's arguments for running `remote` (one shell command line) on the host. The profile's options come
+    /// before the connection-sharing defaults, so they override them (ssh keeps an option's first value);
+    /// `BatchMode` comes first and cannot be overridden.
+    pub fn args(&self, remote: &str, mux: Mux) -> Vec<String> {
         let mut args = vec![
             "-o".to_owned(),
             "BatchMode=yes".to_owned(),
@@ -49,6 +66,18 @@ impl SshHost {
             format!("ConnectTimeout={CONNECT_TIMEOUT_S}"),
         ];
         args.extend(self.options.iter().cloned());
+        args.extend([
+            "-o".to_owned(),
+            // %C: a hash of this user, host, port and remote user; short, so the socket path fits.
+            "ControlPath=/tmp/fracflow-ssh-%C".to_owned(),
+            "-o".to_owned(),
+            match mux {
+                Mux::Start => "ControlMaster=auto".to_owned(),
+                Mux::Join => "ControlMaster=no".to_owned(),
+            },
+            "-o".to_owned(),
+            format!("ControlPersist={CONTROL_PERSIST_S}"),
+        ]);
         args.push(self.destination.clone());
         args.push("--".to_owned());
         args.push(remote.to_owned());
@@ -56,10 +85,17 @@ impl SshHost {
     }
 
     /// The process that runs `remote` there; its stderr goes to `log`.
-    pub fn spawn(&self, remote: &str, log: &Path, cwd: &Path, timeout: Option<Duration>) -> Spawn {
+    pub fn spawn(
+        &self,
+        remote: &str,
+        mux: Mux,
+        log: &Path,
+        cwd: &Path,
+        timeout: Option<Duration>,
+    ) -> Spawn {
         Spawn {
             program: PathBuf::from("ssh"),
-            args: self.args(remote),
+            args: self.args(remote, mux),
             env: Vec::new(),
             cwd: cwd.to_owned(),
             log: log.to_owned(),
@@ -79,7 +115,7 @@ impl SshHost {
         cwd: &Path,
         cancel: &Cancel,
     ) -> Result<(i32, String), String> {
-        let spawn = self.spawn(remote, log, cwd, Some(REMOTE_COMMAND_TIMEOUT));
+        let spawn = self.spawn(remote, Mux::Start, log, cwd, Some(REMOTE_COMMAND_TIMEOUT));
         let finished = process::run(&spawn, cancel)
             .map_err(|e| format!("cannot run ssh to {}: {e}", self.destination))?;
         let stdout = String::from_utf8_lossy(&finished.stdout).into_owned();
@@ -264,7 +300,9 @@ fn start_once(
     cancel: &Cancel,
 ) -> Result<RemoteServer, String> {
     let stdout = work.join(format!("server-{attempt}.out"));
-    let spawn = launch.host.spawn(&launch.remote_command(), log, work, None);
+    let spawn = launch
+        .host
+        .spawn(&launch.remote_command(), Mux::Join, log, work, None);
     let session = Background::start(&spawn, &stdout).map_err(|e| format!("cannot run ssh: {e}"))?;
     let deadline = Instant::now() + launch.start_timeout;
     let mut pid = None;
@@ -408,11 +446,14 @@ mod tests {
             "sh -c 'echo fracflow-server-pid $$; exec '\\''/opt/fracflow bin/fracflow'\\'' cpu-server \
              --listen 10.0.0.2:4096 -n 4 -S 2 --token '\\''fracflow-run-1-0'\\'''"
         );
-        let args = launch.host.args("true");
+        let args = launch.host.args("true", Mux::Join);
         assert_eq!(&args[..2], ["-o", "BatchMode=yes"]);
-        assert_eq!(
-            &args[args.len() - 4..],
-            ["2222", "root@server", "--", "true"]
+        assert_eq!(&args[args.len() - 3..], ["root@server", "--", "true"]);
+        let profile_first = args.iter().position(|a| a == "2222");
+        let sharing = args.iter().position(|a| a == "ControlMaster=no");
+        assert!(
+            profile_first < sharing,
+            "the profile's options win: {args:?}"
         );
     }
 }

@@ -768,10 +768,10 @@ fn server_findings(profile: &TestbedProfile) -> Vec<Finding> {
         return Vec::new();
     };
     let ssh = server.ssh();
-    let args = ssh.args(&format!(
-        "command -v {}",
-        crate::remote::quote(&server.fracflow)
-    ));
+    let args = ssh.args(
+        &format!("command -v {}", crate::remote::quote(&server.fracflow)),
+        crate::remote::Mux::Start,
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match probe("ssh", &args) {
         Ok((true, _)) => vec![
@@ -806,7 +806,7 @@ fn sudo_finding(what: &str, sudo: &str, host: Option<&crate::remote::SshHost>) -
     words.push("true");
     let result = match host {
         Some(host) => {
-            let args = host.args(&words.join(" "));
+            let args = host.args(&words.join(" "), crate::remote::Mux::Start);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             probe("ssh", &args)
         }
