@@ -121,8 +121,8 @@ fn slurm_profile(sandbox: &Sandbox, kinds: &str) {
     );
 }
 
-/// The running job id of the one node in flight, once Slurm says it runs (bounded).
-fn running_job(sandbox: &Sandbox, cluster: &Cluster) -> String {
+/// The id of `node`'s job once Slurm says it runs (bounded).
+fn running_job(sandbox: &Sandbox, cluster: &Cluster, node: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(Instant::now() < deadline, "no Slurm job started running");
@@ -133,13 +133,16 @@ fn running_job(sandbox: &Sandbox, cluster: &Cluster) -> String {
             .filter_map(|e| std::fs::read_to_string(e.path().join("job")).ok())
             .map(|id| id.trim().to_owned())
             .collect();
-        if let Some(id) = ids.first() {
+        for id in ids {
             let state = with_cluster(Command::new("scontrol"), cluster, Path::new("/nonexistent"))
-                .args(["show", "job", "-o", id])
+                .args(["show", "job", "-o", &id])
                 .output()
                 .expect("scontrol");
-            if String::from_utf8_lossy(&state.stdout).contains("JobState=RUNNING") {
-                return id.clone();
+            let state = String::from_utf8_lossy(&state.stdout);
+            if state.contains(&format!("JobName=fracflow:{node} "))
+                && state.contains("JobState=RUNNING")
+            {
+                return id;
             }
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -192,9 +195,13 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
     slurm_profile(&sandbox, "command");
     sandbox.write(
         "pipelines/jobs.yaml",
-        "pipeline: jobs\ntargets:\n  slow: [slow]\n  broken: [broken]\nnodes:\n  slow:\n    kind: command\n    \
-         outputs: [built.txt]\n    run: sleep 4 && echo \"built on $(hostname)\" > \"$FRACFLOW_OUT/built.txt\"\n  \
-         broken:\n    kind: command\n    run: echo going down >&2; exit 3\n",
+        // `slow` reads `seed`: its inputs are the run's view of seed's outputs, which a restarted run puts
+        // elsewhere; the job must still be found again.
+        "pipeline: jobs\ntargets:\n  slow: [slow]\n  broken: [broken]\nnodes:\n  seed:\n    kind: command\n    \
+         outputs: [seed.txt]\n    run: echo seeded > \"$FRACFLOW_OUT/seed.txt\"\n  slow:\n    kind: command\n    \
+         deps: [seed]\n    outputs: [built.txt]\n    run: sleep 4 && cat \"$FRACFLOW_DEP_SEED/seed.txt\" > /dev/null && \
+         echo \"built on $(hostname)\" > \"$FRACFLOW_OUT/built.txt\"\n  broken:\n    kind: command\n    \
+         run: echo going down >&2; exit 3\n",
     );
     let mut engine = with_cluster(
         sandbox.command(&["run", "slow", "--testbed", "cluster"]),
@@ -203,7 +210,7 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
     )
     .spawn()
     .expect("start the engine");
-    let id = running_job(&sandbox, &cluster);
+    let id = running_job(&sandbox, &cluster, "slow");
     engine.kill().expect("SIGKILL the engine");
     let _ = engine.wait();
     let restarted = with_cluster(
@@ -239,7 +246,7 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
     )
     .spawn()
     .expect("start the engine");
-    let id = running_job(&sandbox, &cluster);
+    let id = running_job(&sandbox, &cluster, "slow");
     // SAFETY: kill only sends SIGINT to the engine we started.
     unsafe {
         libc::kill(engine.id() as libc::pid_t, libc::SIGINT);

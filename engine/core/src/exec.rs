@@ -79,6 +79,9 @@ pub struct Job<'a> {
     pub attempt: u32,
     /// The run this node executes in (a cached result keeps the identity of the run that made it).
     pub run: &'a RunIdentity,
+    /// The node's key (blake3 of its fingerprint): the same in every run and engine that does this same work,
+    /// so work handed elsewhere (a Slurm job) can be found again after a restart.
+    pub key: &'a str,
 }
 
 /// Which run a node executes in: figures and reports name it.

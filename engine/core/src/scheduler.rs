@@ -1041,6 +1041,7 @@ fn execute_with_retries(
     }
     // A fresh log for this run; the kind appends to it.
     fs::File::create(log).map_err(io)?;
+    let key = fingerprint.key();
     let mut attempt = 0;
     loop {
         let staging = engine.cache.staging_dir(&spec.id).map_err(io)?;
@@ -1054,6 +1055,7 @@ fn execute_with_retries(
             cancel,
             attempt,
             run: identity,
+            key: &key,
         };
         let result: Result<Outcome, NodeError> = executor.execute(&job);
         let published = result.and_then(|outcome| {

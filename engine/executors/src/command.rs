@@ -583,6 +583,7 @@ mod tests {
             cancel: &cancel,
             attempt: 0,
             run: &identity,
+            key: "",
         };
         (CommandKind.execute(&job), dir)
     }

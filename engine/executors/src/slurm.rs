@@ -4,9 +4,8 @@
 //!
 //! The job runs `fracflow __node-exec DIR` on a compute node: the same executor as a local run, reading the
 //! node's request from `DIR` and leaving its outputs, metrics and exit status there. `DIR` is
-//! `<project>/.fracflow/slurm/<node hash>/`, so the project must be on a filesystem the compute nodes share.
-//! The hash covers the node's resolved spec and its inputs' directories, so a restarted engine finds the same
-//! `DIR`: while `DIR/job` names a job that is still queued or running it re-attaches to it instead of
+//! `<project>/.fracflow/slurm/<node key>/`, so the project must be on a filesystem the compute nodes share.
+//! The key is the node's cache key, so a restarted engine finds the same `DIR`: while `DIR/job` names a job that is still queued or running it re-attaches to it instead of
 //! submitting again, and a job that finished meanwhile is collected without running again. A failed,
 //! cancelled or timed-out job fails its node with Slurm's state, exit code and reason; cancelling the run
 //! (Ctrl-C) `scancel`s the job by id.
@@ -75,6 +74,7 @@ fn default_poll() -> f64 {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct NodeRequest {
     pub spec: NodeSpec,
+    pub key: String,
     pub root: PathBuf,
     pub inputs: BTreeMap<String, PathBuf>,
     pub attempt: u32,
@@ -145,6 +145,7 @@ impl SlurmKind {
         let _ = fs::remove_dir_all(dir.join(OUT_DIR));
         let request = NodeRequest {
             spec: spec.clone(),
+            key: job.key.to_owned(),
             root: job.root.to_owned(),
             inputs: job.inputs.clone(),
             attempt: job.attempt,
@@ -403,13 +404,16 @@ fn query(program: &str, args: &[String]) -> Result<(i32, String), String> {
     ))
 }
 
-/// `<root>/.fracflow/slurm/<hash of the node's spec and inputs>`.
+/// `<root>/.fracflow/slurm/<the node's key>`: the same after a restart (a new run, whose dependencies' output
+/// directories are elsewhere), and the same for any engine doing this work.
 fn job_dir(job: &Job<'_>) -> Result<PathBuf, String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&serde_json::to_vec(job.spec).map_err(|e| e.to_string())?);
-    hasher.update(&serde_json::to_vec(job.inputs).map_err(|e| e.to_string())?);
-    let hash = hasher.finalize().to_hex();
-    Ok(job.root.join(".fracflow/slurm").join(&hash[..24]))
+    if job.key.is_empty() || !job.key.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "node `{}` has no key to name its Slurm job by",
+            job.spec.id
+        ));
+    }
+    Ok(job.root.join(".fracflow/slurm").join(job.key))
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {
@@ -509,6 +513,7 @@ pub fn node_exec(dir: &Path, kinds: &dyn fracflow_core::Kinds) -> Result<(), Str
                 cancel: &cancel,
                 attempt: request.attempt,
                 run: &run,
+                key: &request.key,
             };
             executor.execute(&job).map_err(|e| e.to_string())
         }
