@@ -263,6 +263,16 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
     .expect("scontrol");
     let state = String::from_utf8_lossy(&state.stdout).into_owned();
     assert!(state.contains("JobState=CANCELLED"), "{state}");
+    // The next run submits the node afresh rather than re-attaching to the job it cancelled.
+    let again = with_cluster(
+        sandbox.command(&["run", "slow", "--testbed", "cluster", "--rerun", "slow"]),
+        &cluster,
+        &bin,
+    )
+    .output()
+    .expect("run after the interruption");
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(submissions(&sandbox, "slow"), 3, "first, cancelled, afresh");
 
     // 4. A failing job: Slurm's state and exit code in the node's error.
     let broken = with_cluster(

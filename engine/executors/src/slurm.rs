@@ -225,7 +225,7 @@ impl SlurmKind {
         loop {
             offset = log.stream(&dir.join(LOG_FILE), offset);
             if job.cancel.is_cancelled() {
-                return Err(cancel(job, id, log));
+                return Err(cancel(job, dir, id, log));
             }
             match job_state(id).map_err(|e| failed(spec, e))? {
                 Some(state) => {
@@ -259,9 +259,11 @@ impl SlurmKind {
     }
 }
 
-/// `scancel` by id, then wait (bounded) until Slurm says it ended.
-fn cancel(job: &Job<'_>, id: &str, log: &mut NodeLog) -> NodeError {
+/// `scancel` by id, then wait (bounded) until Slurm says it ended. The job is forgotten: the next run submits
+/// the node afresh instead of re-attaching to a job this run cancelled.
+fn cancel(job: &Job<'_>, dir: &Path, id: &str, log: &mut NodeLog) -> NodeError {
     let _ = query("scancel", &[id.to_owned()]);
+    let _ = fs::remove_file(dir.join(JOB_FILE));
     log.line(&format!("run cancelled: scancel {id}"));
     let deadline = Instant::now() + CANCEL_WAIT;
     while Instant::now() < deadline {
