@@ -32,6 +32,9 @@ const EXIT_FILE: &str = "exit";
 const OUTCOME_FILE: &str = "outcome.json";
 const LOG_FILE: &str = "slurm.out";
 const OUT_DIR: &str = "out";
+/// How long the engine keeps polling a controller that does not answer before it gives the node up (the job
+/// itself is kept, and the next run re-attaches to it).
+const CONTROLLER_PATIENCE: Duration = Duration::from_secs(600);
 /// How long `scancel` gets to end a job before the node gives up waiting.
 const CANCEL_WAIT: Duration = Duration::from_secs(30);
 
@@ -222,12 +225,35 @@ impl SlurmKind {
         let poll = Duration::from_secs_f64(self.profile.poll_s.clamp(0.05, 300.0));
         let mut offset = 0u64;
         let mut last_state = String::new();
+        let mut unreachable_since: Option<Instant> = None;
         loop {
             offset = log.stream(&dir.join(LOG_FILE), offset);
             if job.cancel.is_cancelled() {
                 return Err(cancel(job, dir, id, log));
             }
-            match job_state(id).map_err(|e| failed(spec, e))? {
+            let state = match job_state(id) {
+                Ok(state) => {
+                    unreachable_since = None;
+                    state
+                }
+                // The controller restarting or a network blip: keep polling, and keep the job, for a while.
+                Err(why) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > CONTROLLER_PATIENCE {
+                        return Err(NodeError::transient(format!(
+                            "node `{}`: Slurm has not answered about job {id} for {:?} ({why}); the job is \
+                             kept and the next run re-attaches to it",
+                            spec.id, CONTROLLER_PATIENCE
+                        )));
+                    }
+                    if since.elapsed() < poll {
+                        log.line(&format!("cannot read job {id}'s state, retrying: {why}"));
+                    }
+                    std::thread::sleep(poll);
+                    continue;
+                }
+            };
+            match state {
                 Some(state) => {
                     if state.state != last_state {
                         log.line(&format!("Slurm job {id}: {}", state.state));
