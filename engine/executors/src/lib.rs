@@ -81,7 +81,7 @@ impl Registry {
             for name in &profile.kinds {
                 if let Some((name, inner)) = kinds.remove_entry(name.as_str()) {
                     let profile = profile.clone();
-                    kinds.insert(name, Box::new(slurm::SlurmKind { inner, profile }));
+                    kinds.insert(name, Box::new(slurm::SlurmKind::new(inner, profile)));
                 }
             }
         }

@@ -86,10 +86,24 @@ pub struct NodeRequest {
     pub testbed: String,
 }
 
+/// Runs a Slurm client command (`sbatch`, `scontrol`, `scancel`): its exit code and stdout + stderr.
+type SlurmClient = fn(&str, &[String]) -> Result<(i32, String), String>;
+
 /// A kind whose nodes run as Slurm jobs; `inner` is the same kind run locally (for `info` and `describe`).
 pub struct SlurmKind {
-    pub inner: Box<dyn Executor>,
-    pub profile: SlurmProfile,
+    inner: Box<dyn Executor>,
+    profile: SlurmProfile,
+    client: SlurmClient,
+}
+
+impl SlurmKind {
+    pub fn new(inner: Box<dyn Executor>, profile: SlurmProfile) -> SlurmKind {
+        SlurmKind {
+            inner,
+            profile,
+            client: query,
+        }
+    }
 }
 
 impl std::fmt::Debug for SlurmKind {
@@ -195,7 +209,7 @@ impl SlurmKind {
                 crate::remote::quote(&dir.display().to_string())
             ),
         ]);
-        let (code, out) = query("sbatch", &args).map_err(|e| failed(spec, e))?;
+        let (code, out) = (self.client)("sbatch", &args).map_err(|e| failed(spec, e))?;
         let id = out
             .lines()
             .next()
@@ -229,9 +243,9 @@ impl SlurmKind {
         loop {
             offset = log.stream(&dir.join(LOG_FILE), offset);
             if job.cancel.is_cancelled() {
-                return Err(cancel(job, dir, id, log));
+                return Err(cancel(job, dir, id, log, self.client));
             }
-            let state = match job_state(id) {
+            let state = match job_state(id, self.client) {
                 Ok(state) => {
                     unreachable_since = None;
                     state
@@ -287,13 +301,19 @@ impl SlurmKind {
 
 /// `scancel` by id, then wait (bounded) until Slurm says it ended. The job is forgotten: the next run submits
 /// the node afresh instead of re-attaching to a job this run cancelled.
-fn cancel(job: &Job<'_>, dir: &Path, id: &str, log: &mut NodeLog) -> NodeError {
-    let _ = query("scancel", &[id.to_owned()]);
+fn cancel(
+    job: &Job<'_>,
+    dir: &Path,
+    id: &str,
+    log: &mut NodeLog,
+    client: SlurmClient,
+) -> NodeError {
+    let _ = client("scancel", &[id.to_owned()]);
     let _ = fs::remove_file(dir.join(JOB_FILE));
     log.line(&format!("run cancelled: scancel {id}"));
     let deadline = Instant::now() + CANCEL_WAIT;
     while Instant::now() < deadline {
-        match job_state(id) {
+        match job_state(id, client) {
             Ok(Some(state)) if !state.is_final() => std::thread::sleep(Duration::from_millis(200)),
             _ => break,
         }
@@ -348,8 +368,8 @@ impl Ended {
 }
 
 /// `scontrol show job -o ID`: `None` when Slurm does not know the id (any more).
-fn job_state(id: &str) -> Result<Option<Ended>, String> {
-    let (code, out) = query(
+fn job_state(id: &str, client: SlurmClient) -> Result<Option<Ended>, String> {
+    let (code, out) = client(
         "scontrol",
         &["show".into(), "job".into(), "-o".into(), id.into()],
     )?;
@@ -561,6 +581,119 @@ pub fn node_exec(dir: &Path, kinds: &dyn fracflow_core::Kinds) -> Result<(), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// `scontrol` calls the fake controller has answered so far.
+    static POLLS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A cluster whose controller does not answer the first three polls (as while slurmctld restarts); the job
+    /// itself runs at once: `sbatch` leaves its output and exit status where a real job would.
+    fn flaky_controller(program: &str, args: &[String]) -> Result<(i32, String), String> {
+        match program {
+            "sbatch" => {
+                let log = args
+                    .iter()
+                    .position(|a| a == "--output")
+                    .and_then(|i| args.get(i + 1))
+                    .ok_or("no --output")?;
+                let dir = Path::new(log).parent().ok_or("no job directory")?;
+                fs::create_dir_all(dir.join(OUT_DIR)).map_err(|e| e.to_string())?;
+                fs::write(dir.join(OUT_DIR).join("built.txt"), "built")
+                    .map_err(|e| e.to_string())?;
+                fs::write(dir.join(EXIT_FILE), "0").map_err(|e| e.to_string())?;
+                Ok((0, "77\n".to_owned()))
+            }
+            "scontrol" => Ok(match POLLS.fetch_add(1, Ordering::SeqCst) {
+                0..=2 => (
+                    1,
+                    "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+                        .to_owned(),
+                ),
+                3 => (
+                    0,
+                    "JobId=77 JobName=fracflow:slow JobState=RUNNING Reason=None ExitCode=0:0"
+                        .to_owned(),
+                ),
+                _ => (
+                    0,
+                    "JobId=77 JobName=fracflow:slow JobState=COMPLETED Reason=None ExitCode=0:0"
+                        .to_owned(),
+                ),
+            }),
+            other => Err(format!("unexpected {other}")),
+        }
+    }
+
+    #[test]
+    fn a_controller_that_does_not_answer_for_a_while_is_waited_out() -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = dir.path().join("staging");
+        let log = dir.path().join("node.log");
+        let spec = NodeSpec {
+            id: "slow".into(),
+            name: "slow".into(),
+            kind: "command".into(),
+            config: BTreeMap::from([("run".to_owned(), serde_json::json!("true"))]),
+            point: BTreeMap::new(),
+            deps: Vec::new(),
+            inputs: Vec::new(),
+            outputs: vec!["built.txt".into()],
+            resources: Vec::new(),
+            retries: 0,
+            timeout: None,
+            estimate: None,
+            origin: fracflow_core::Origin {
+                file: "pipelines/p.yaml".into(),
+                line: 1,
+                column: 1,
+            },
+        };
+        let kind = SlurmKind {
+            inner: Box::new(crate::command::CommandKind),
+            profile: SlurmProfile {
+                kinds: vec!["command".into()],
+                partition: None,
+                cpus: 1,
+                mem: None,
+                time: None,
+                poll_s: 0.05,
+                fracflow: Some("fracflow".into()),
+                sbatch_args: Vec::new(),
+            },
+            client: flaky_controller,
+        };
+        let inputs = BTreeMap::new();
+        let cancel = fracflow_core::Cancel::new();
+        let run = RunIdentity::default();
+        let job = Job {
+            spec: &spec,
+            root: dir.path(),
+            out_dir: &out,
+            inputs: &inputs,
+            log: &log,
+            cancel: &cancel,
+            attempt: 0,
+            run: &run,
+            key: "abc123",
+        };
+        kind.execute(&job).map_err(|e| e.message)?;
+        assert_eq!(
+            fs::read_to_string(out.join("built.txt")).map_err(|e| e.to_string())?,
+            "built"
+        );
+        let log = fs::read_to_string(&log).map_err(|e| e.to_string())?;
+        assert!(
+            log.contains("cannot read job 77's state, retrying"),
+            "{log}"
+        );
+        assert!(log.contains("Slurm job 77: COMPLETED"), "{log}");
+        assert!(POLLS.load(Ordering::SeqCst) >= 5);
+        assert!(
+            !dir.path().join(".fracflow/slurm/abc123").exists(),
+            "the job's directory is gone"
+        );
+        Ok(())
+    }
 
     #[test]
     fn final_states_and_purged_jobs_are_read() {
