@@ -96,6 +96,29 @@ fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+/// A short command's exit code (`None` when a signal ended it) and its stdout and stderr together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub code: Option<i32>,
+    pub text: String,
+}
+
+/// Runs a short query (`ip route get`, `scontrol show job`) to its end, stdin closed, and returns what it
+/// answered. Bounded by the tool's own timeouts; not for node commands, which go through [`run`].
+pub fn ask(program: &str, args: &[&str]) -> Result<Answer, String> {
+    duct::cmd(program, args)
+        .stdin_null()
+        .stderr_to_stdout()
+        .stdout_capture()
+        .unchecked()
+        .run()
+        .map(|out| Answer {
+            code: out.status.code(),
+            text: String::from_utf8_lossy(&out.stdout).into_owned(),
+        })
+        .map_err(|e| format!("cannot run {program}: {e}"))
+}
+
 /// The process as a duct expression: the trampoline, the full environment, stdin closed, stderr appended to
 /// the log, its own process group. Stdout is the caller's choice.
 fn expression(spawn: &Spawn) -> io::Result<duct::Expression> {

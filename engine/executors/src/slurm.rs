@@ -171,7 +171,8 @@ impl SlurmKind {
             testbed: job.run.testbed.clone(),
         };
         let text = serde_json::to_vec_pretty(&request).map_err(|e| failed(spec, e))?;
-        write_atomically(&dir.join(REQUEST_FILE), &text).map_err(|e| failed(spec, e))?;
+        fracflow_record::atomic_write(&dir.join(REQUEST_FILE), &text)
+            .map_err(|e| failed(spec, e))?;
         let fracflow = match &self.profile.fracflow {
             Some(path) => path.clone(),
             None => std::env::current_exe()
@@ -219,7 +220,8 @@ impl SlurmKind {
             .ok_or_else(|| failed(spec, format!("sbatch failed (exit {code}): {}", out.trim())))?
             .to_owned();
         // Recorded before anything else, so a killed engine re-attaches instead of submitting twice.
-        write_atomically(&dir.join(JOB_FILE), id.as_bytes()).map_err(|e| failed(spec, e))?;
+        fracflow_record::atomic_write(&dir.join(JOB_FILE), id.as_bytes())
+            .map_err(|e| failed(spec, e))?;
         log.line(&format!(
             "submitted Slurm job {id}: sbatch {}",
             args[..args.len() - 2].join(" ")
@@ -437,19 +439,12 @@ fn collect(job: &Job<'_>, dir: &Path, id: &str, ended: &Ended) -> Result<Outcome
     Ok(Outcome { metrics: outcome })
 }
 
-/// Runs a Slurm client command; its exit code and stdout + stderr.
+/// Runs a Slurm client command; its exit code (-1 when a signal ended it) and stdout + stderr.
 fn query(program: &str, args: &[String]) -> Result<(i32, String), String> {
-    let out = duct::cmd(program, args)
-        .stdin_null()
-        .stderr_to_stdout()
-        .stdout_capture()
-        .unchecked()
-        .run()
-        .map_err(|e| format!("cannot run {program} (is Slurm's client installed?): {e}"))?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    ))
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    crate::process::ask(program, &args)
+        .map(|answer| (answer.code.unwrap_or(-1), answer.text))
+        .map_err(|e| format!("{e} (is Slurm's client installed?)"))
 }
 
 /// `<root>/.fracflow/slurm/<the node's key>`: the same after a restart (a new run, whose dependencies' output
@@ -469,14 +464,6 @@ fn read_trimmed(path: &Path) -> Option<String> {
         .ok()
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension(format!("part-{}", std::process::id()));
-    let mut file = fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    fs::rename(&temporary, path)
 }
 
 /// Moves every entry of `from` into `to` (a rename on one filesystem, a copy across).
@@ -569,12 +556,14 @@ pub fn node_exec(dir: &Path, kinds: &dyn fracflow_core::Kinds) -> Result<(), Str
     let exit = match &result {
         Ok(outcome) => {
             let metrics = serde_json::to_vec(&outcome.metrics).map_err(|e| e.to_string())?;
-            write_atomically(&dir.join(OUTCOME_FILE), &metrics).map_err(|e| e.to_string())?;
+            fracflow_record::atomic_write(&dir.join(OUTCOME_FILE), &metrics)
+                .map_err(|e| e.to_string())?;
             "0".to_owned()
         }
         Err(why) => format!("1 {}", why.replace('\n', " ")),
     };
-    write_atomically(&dir.join(EXIT_FILE), exit.as_bytes()).map_err(|e| e.to_string())?;
+    fracflow_record::atomic_write(&dir.join(EXIT_FILE), exit.as_bytes())
+        .map_err(|e| e.to_string())?;
     result.map(|_| ())
 }
 

@@ -601,18 +601,8 @@ impl Finding {
 
 /// Runs `program args`, bounded by the tool's own timeout flags; (exit 0, combined output) or why it could not run.
 fn probe(program: &str, args: &[&str]) -> Result<(bool, String), String> {
-    duct::cmd(program, args)
-        .stderr_to_stdout()
-        .stdout_capture()
-        .unchecked()
-        .run()
-        .map(|out| {
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-            )
-        })
-        .map_err(|e| format!("cannot run {program}: {e}"))
+    crate::process::ask(program, args)
+        .map(|answer| (answer.code == Some(0), answer.text.trim().to_owned()))
 }
 
 /// The client NIC facing `host`: the profile's when it names one, else the one `ip route get` leaves by.
