@@ -601,12 +601,11 @@ mod tests {
         Ok(())
     }
 
-    #[test]
-    fn gc_removes_nothing_while_a_run_holds_the_cache() -> io::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let cache = Cache::open(dir.path())?;
+    /// A cache in `dir` holding one entry, whose one output holds `content`.
+    fn cache_with_one_entry(dir: &Path, content: &[u8]) -> io::Result<(Cache, CacheEntry)> {
+        let cache = Cache::open(dir)?;
         let staged = cache.staging_dir("node")?;
-        fs::write(staged.join("out"), b"kept while the run lives")?;
+        fs::write(staged.join("out"), content)?;
         let entry = cache.put(
             "node",
             &fingerprint(),
@@ -617,6 +616,13 @@ mod tests {
             0.1,
             "now".into(),
         )?;
+        Ok((cache, entry))
+    }
+
+    #[test]
+    fn gc_removes_nothing_while_a_run_holds_the_cache() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (cache, entry) = cache_with_one_entry(dir.path(), b"kept while the run lives")?;
         let run = cache.in_use()?;
         let refused = cache
             .gc(&HashSet::new(), Duration::ZERO)
@@ -634,19 +640,7 @@ mod tests {
     #[test]
     fn gc_keeps_entries_used_lately_by_anyone() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let cache = Cache::open(dir.path())?;
-        let staged = cache.staging_dir("node")?;
-        fs::write(staged.join("out"), b"another project's result")?;
-        let entry = cache.put(
-            "node",
-            &fingerprint(),
-            &staged,
-            &["out".to_owned()],
-            BTreeMap::new(),
-            None,
-            0.1,
-            "now".into(),
-        )?;
+        let (cache, entry) = cache_with_one_entry(dir.path(), b"another project's result")?;
         let week = Duration::from_secs(7 * 86_400);
         let report = cache.gc(&HashSet::new(), week)?;
         assert_eq!(report.entries_removed, 0, "built just now");

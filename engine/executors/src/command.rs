@@ -445,7 +445,7 @@ fn json_path<'a>(document: &'a serde_json::Value, path: &str) -> Option<&'a serd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fracflow_core::{Cancel, Origin, RunIdentity};
+    use fracflow_core::{Cancel, RunIdentity};
 
     fn regex(pattern: &str, nth: Option<i64>, base: Option<Base>) -> Metric {
         Metric {
@@ -549,28 +549,11 @@ mod tests {
             serde_json::Value::Object(map) => map.into_iter().collect(),
             other => panic!("config must be an object: {other}"),
         };
-        let spec = NodeSpec {
-            id: "run[bench=3,idx=7]".into(),
-            name: "run".into(),
-            kind: "command".into(),
-            config,
-            point: BTreeMap::from([
-                ("bench".to_owned(), serde_json::json!(3)),
-                ("idx".to_owned(), serde_json::json!(7)),
-            ]),
-            deps: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            resources: Vec::new(),
-            retries: 0,
-            timeout: None,
-            estimate: None,
-            origin: Origin {
-                file: "pipelines/p.yaml".into(),
-                line: 1,
-                column: 1,
-            },
-        };
+        let mut spec = crate::test_spec("run[bench=3,idx=7]", "command", config, &[]);
+        spec.point = BTreeMap::from([
+            ("bench".to_owned(), serde_json::json!(3)),
+            ("idx".to_owned(), serde_json::json!(7)),
+        ]);
         let inputs = BTreeMap::new();
         let cancel = Cancel::new();
         let identity = RunIdentity::default();

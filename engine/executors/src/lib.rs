@@ -171,3 +171,32 @@ pub mod host {
 
     pub use fracflow_record::manifest::GitState;
 }
+
+/// A resolved node for the kinds' unit tests: `kind` with `config`, declaring `outputs`, unswept.
+#[cfg(test)]
+pub(crate) fn test_spec(
+    id: &str,
+    kind: &str,
+    config: BTreeMap<String, serde_json::Value>,
+    outputs: &[&str],
+) -> NodeSpec {
+    NodeSpec {
+        id: id.into(),
+        name: id.split('[').next().unwrap_or(id).into(),
+        kind: kind.into(),
+        config,
+        point: BTreeMap::new(),
+        deps: Vec::new(),
+        inputs: Vec::new(),
+        outputs: outputs.iter().map(|o| (*o).to_owned()).collect(),
+        resources: Vec::new(),
+        retries: 0,
+        timeout: None,
+        estimate: None,
+        origin: fracflow_core::Origin {
+            file: "pipelines/p.yaml".into(),
+            line: 1,
+            column: 1,
+        },
+    }
+}

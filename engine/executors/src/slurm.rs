@@ -618,25 +618,12 @@ mod tests {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let out = dir.path().join("staging");
         let log = dir.path().join("node.log");
-        let spec = NodeSpec {
-            id: "slow".into(),
-            name: "slow".into(),
-            kind: "command".into(),
-            config: BTreeMap::from([("run".to_owned(), serde_json::json!("true"))]),
-            point: BTreeMap::new(),
-            deps: Vec::new(),
-            inputs: Vec::new(),
-            outputs: vec!["built.txt".into()],
-            resources: Vec::new(),
-            retries: 0,
-            timeout: None,
-            estimate: None,
-            origin: fracflow_core::Origin {
-                file: "pipelines/p.yaml".into(),
-                line: 1,
-                column: 1,
-            },
-        };
+        let spec = crate::test_spec(
+            "slow",
+            "command",
+            BTreeMap::from([("run".to_owned(), serde_json::json!("true"))]),
+            &["built.txt"],
+        );
         let kind = SlurmKind {
             inner: Box::new(crate::command::CommandKind),
             profile: SlurmProfile {
