@@ -108,7 +108,7 @@ fn crates_import_only_what_the_architecture_allows() {
     }
     assert!(
         violations.is_empty(),
-        "dependency direction violated:\n{}",
+        "the dependency table and the workspace disagree:\n{}",
         violations.join("\n")
     );
 }
