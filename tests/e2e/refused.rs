@@ -155,6 +155,64 @@ fn resuming_another_pipelines_run_is_refused_naming_both() {
 }
 
 #[test]
+fn resuming_what_is_not_a_run_names_it() {
+    let sandbox = sandbox();
+    let output = sandbox.run(&["run", "tiny", "--resume", "results/tiny/never"]);
+    assert_refused(&sandbox, &output);
+    assert_eq!(
+        stderr(&output),
+        "error: --resume results/tiny/never: not a run directory fracflow can read\n\
+         caused by: results/tiny/never/manifest.json: No such file or directory (os error 2)\n\
+         hint: name a directory under results/<pipeline>/, e.g. results/<pipeline>/latest\n"
+    );
+}
+
+#[test]
+fn why_in_a_named_pipeline_that_does_not_load_shows_its_diagnostics() {
+    let sandbox = sandbox();
+    sandbox.write(
+        "pipelines/broken.yaml",
+        "pipeline: broken\nnodes:\n  x: {kind: nope}\n",
+    );
+    let output = sandbox.run(&["why", "x", "--pipeline", "broken"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let shown = stderr(&output);
+    assert!(shown.starts_with("error: "), "{shown}");
+    assert!(
+        shown.contains("broken.yaml:3:"),
+        "points into the file: {shown}"
+    );
+    assert!(!shown.contains("no pipeline has a node"), "{shown}");
+}
+
+#[test]
+fn client_samples_into_an_impossible_path_are_refused_before_measuring() {
+    let sandbox = sandbox();
+    sandbox.write("README.md", "# readme\n");
+    // Port 9 on loopback: nothing answers there, so a client that started would fail with exit 1 instead.
+    let output = sandbox.run(&[
+        "client",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        "9",
+        "-t",
+        "rr",
+        "-d",
+        "1",
+        "--samples",
+        "README.md/samples.parquet",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert_eq!(
+        stderr(&output),
+        "error: cannot write the samples to README.md/samples.parquet\n\
+         caused by: Not a directory (os error 20)\n\
+         hint: a part of README.md/samples.parquet is a file; name a path under a directory\n"
+    );
+}
+
+#[test]
 fn plot_into_a_file_names_it() {
     let sandbox = sandbox();
     let first = sandbox.run(&["run", "tiny"]);

@@ -305,6 +305,20 @@ mod tests {
     }
 
     #[test]
+    fn loader_diagnostics_keep_their_own_rendering() {
+        let diagnostic = fracflow_loader::Diagnostic::new("node `agg`: unknown field `stats`")
+            .with_hint(Some("did you mean `stat`?".to_owned()));
+        let error = Error::from(Diagnostics(vec![diagnostic.clone(), diagnostic.clone()]));
+        assert_eq!(
+            error.render(),
+            format!("{diagnostic}\n\n{diagnostic}"),
+            "every diagnostic, each under its own `error:` head, nothing added"
+        );
+        assert!(error.render().starts_with("error: node `agg`"));
+        assert_eq!(error.exit(), Exit::BadInput);
+    }
+
+    #[test]
     fn each_variant_maps_to_its_documented_exit_code() {
         let cases = [
             (Error::bad_input("x"), 2),

@@ -33,9 +33,12 @@ pub fn run(project: &Project, args: &WhyArgs) -> Result<Exit> {
     let testbed_fields = project.testbed()?.fingerprint_fields();
     for name in candidates {
         let select = Select::whole(&name, &args.testbed);
-        // Searching every pipeline: one that does not load cannot hold the node.
-        let Ok((loaded, _)) = project.load(&select) else {
-            continue;
+        let loaded = match project.load(&select) {
+            Ok((loaded, _)) => loaded,
+            // The pipeline the user named must load; while searching every pipeline, one that does not
+            // load cannot hold the node.
+            Err(error) if args.pipeline.is_some() => return Err(error),
+            Err(_) => continue,
         };
         let Some(index) = loaded.graph.index(node) else {
             continue;
