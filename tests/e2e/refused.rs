@@ -287,8 +287,7 @@ fn a_read_only_results_folder_is_named() {
         format!(
             "error: cannot create the run directory under {shown}/tiny\n\
              caused by: Permission denied (os error 13)\n\
-             hint: fracflow may not write there: make {shown} writable for this user, or work in a copy of \
-             the project\n"
+             hint: check that this user may read and write {shown}, or work in a copy of the project\n"
         )
     );
 }
@@ -308,8 +307,7 @@ fn a_read_only_fracflow_folder_is_named() {
         format!(
             "error: cannot open the cache {shown}/cache\n\
              caused by: Permission denied (os error 13)\n\
-             hint: fracflow may not write there: make {shown} writable for this user, or work in a copy of \
-             the project\n"
+             hint: check that this user may read and write {shown}, or work in a copy of the project\n"
         )
     );
 }

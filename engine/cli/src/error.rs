@@ -137,11 +137,7 @@ impl Error {
         match self {
             Error::BadInput { hint, .. } | Error::Failed { hint, .. } => hint.clone(),
             Error::Path { path, source, .. } => path_hint(path, source.kind()),
-            Error::Pipeline(_) | Error::Busy { .. } => None,
-            Error::Internal { .. } => Some(
-                "this is fracflow's fault, not yours; please report it with the command line"
-                    .to_owned(),
-            ),
+            Error::Pipeline(_) | Error::Busy { .. } | Error::Internal { .. } => None,
         }
     }
 
@@ -189,7 +185,7 @@ fn path_hint(path: &Path, kind: io::ErrorKind) -> Option<String> {
             "a part of {shown} is a file; name a path under a directory"
         )),
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => Some(format!(
-            "fracflow may not write there: make {} writable for this user, or work in a copy of the project",
+            "check that this user may read and write {}, or work in a copy of the project",
             nearest_existing(path).display()
         )),
         io::ErrorKind::StorageFull => Some("free some disk space (`fracflow cache gc`)".to_owned()),
@@ -232,8 +228,7 @@ mod tests {
             format!(
                 "error: cannot create the run directory under {results}/demo\n\
                  caused by: Permission denied (os error 13)\n\
-                 hint: fracflow may not write there: make {results} writable for this user, or work in a \
-                 copy of the project"
+                 hint: check that this user may read and write {results}, or work in a copy of the project"
             ),
             "the hint names the directory that exists and refused the write"
         );
@@ -254,8 +249,7 @@ mod tests {
             error.render(),
             "error: internal error: writing the run report\n\
              caused by: the manifest is unreadable\n\
-             caused by: disk on fire\n\
-             hint: this is fracflow's fault, not yours; please report it with the command line"
+             caused by: disk on fire"
         );
     }
 
