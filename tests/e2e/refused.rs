@@ -330,3 +330,22 @@ fn a_read_only_cache_is_named_before_any_node_starts() {
         stderr(&output)
     );
 }
+
+#[test]
+fn plot_into_a_read_only_directory_names_it_before_drawing() {
+    let sandbox = sandbox();
+    let first = sandbox.run(&["run", "tiny"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let figures = sandbox.path().join("figures");
+    std::fs::create_dir(&figures).expect("figures/");
+    read_only(&figures);
+
+    let output = run_unprivileged(&sandbox, &["plot", "tiny", "--out", "figures"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert_eq!(
+        stderr(&output),
+        "error: cannot write the figures into figures\n\
+         caused by: Permission denied (os error 13)\n\
+         hint: check that this user may read and write figures, or work in a copy of the project\n"
+    );
+}
