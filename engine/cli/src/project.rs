@@ -142,10 +142,21 @@ pub fn lock_dir() -> PathBuf {
 }
 
 /// Whether this process may create files in the directory `dir`, found by creating and removing one (the
-/// permission bits do not tell: root ignores them, and a read-only mount keeps them).
+/// permission bits do not tell: root ignores them, and a read-only mount keeps them). The name holds the pid
+/// and the time in nanoseconds and is created exclusively, so engines on other hosts probing a shared cache
+/// at once do not take each other's probe.
 pub fn check_writable(dir: &Path) -> std::io::Result<()> {
-    let probe = dir.join(format!(".fracflow-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"")?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let probe = dir.join(format!(
+        ".fracflow-write-test-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
     std::fs::remove_file(&probe)
 }
 
