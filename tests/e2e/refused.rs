@@ -234,37 +234,30 @@ fn plot_into_a_file_names_it() {
     );
 }
 
-/// `fracflow ARGS` as a user the permission bits apply to: the tests run as root, which ignores them, so then
-/// the sandbox is handed to `nobody` and the command runs as that user.
+/// `fracflow ARGS` with the permission bits in force: the tests run as root, whose CAP_DAC_OVERRIDE and
+/// CAP_DAC_READ_SEARCH ignore them, so then the command drops both from its bounding set before exec (root
+/// regains every bounding capability at exec, so dropping them from the effective set would not last).
 fn run_unprivileged(sandbox: &Sandbox, args: &[&str]) -> Output {
     let mut command: Command = sandbox.command(args);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        const NOBODY: u32 = 65534;
-        chown_tree(sandbox.path(), NOBODY);
-        // SAFETY: between fork and exec the closure calls only async-signal-safe functions.
+        const CAP_DAC_OVERRIDE: libc::c_ulong = 1;
+        const CAP_DAC_READ_SEARCH: libc::c_ulong = 2;
+        // SAFETY: between fork and exec the closure only calls prctl, which is async-signal-safe.
         unsafe {
             command.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(NOBODY) != 0
-                    || libc::setuid(NOBODY) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
+                for capability in [CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH] {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
         }
     }
-    command.output().expect("spawn fracflow")
-}
-
-fn chown_tree(path: &Path, owner: u32) {
-    std::os::unix::fs::lchown(path, Some(owner), Some(owner)).expect("chown");
-    if path.is_dir() && !path.is_symlink() {
-        for entry in std::fs::read_dir(path).expect("read_dir").flatten() {
-            chown_tree(&entry.path(), owner);
-        }
-    }
+    command
+        .output()
+        .expect("spawn fracflow without CAP_DAC_OVERRIDE")
 }
 
 fn read_only(path: &Path) {
