@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::Subcommand;
 use fracflow_emulator::{Device, DeviceConfig, LogEvent};
 
-use crate::{Failure, exit};
+use crate::error::{Error, Result};
+use crate::exit::Exit;
 
 /// The artifact's device port.
 const DEFAULT_ADDR: &str = "127.0.0.1:2888";
@@ -59,18 +60,21 @@ fn parse_hex_or_decimal(text: &str) -> Result<u64, String> {
     parsed.map_err(|e| format!("`{text}` is not a number: {e}"))
 }
 
-fn device_error(addr: SocketAddr, error: fracflow_emulator::Error) -> Failure {
+fn device_error(addr: SocketAddr, error: fracflow_emulator::Error) -> Error {
     // Only a failure to talk to the device suggests that none is there; a refusal is the device's answer.
     let hint = match error {
         fracflow_emulator::Error::Io { .. } => {
-            "\n  check that a device is listening there (`fracflow device serve`)"
+            Some("check that a device is listening there (`fracflow device serve`)".to_owned())
         }
-        _ => "",
+        _ => None,
     };
-    Failure::new(exit::NODE_FAILED, format!("device {addr}: {error}{hint}"))
+    Error::Failed {
+        message: format!("device {addr}: {error}"),
+        hint,
+    }
 }
 
-pub fn run(command: DeviceCommand) -> Result<u8, Failure> {
+pub fn run(command: DeviceCommand) -> Result<Exit> {
     match command {
         DeviceCommand::Serve { listen, image } => serve(listen, image),
         DeviceCommand::Program { addr, image } => {
@@ -83,7 +87,7 @@ pub fn run(command: DeviceCommand) -> Result<u8, Failure> {
                 report.build_id,
                 report.elapsed.as_secs_f64() * 1e3
             );
-            Ok(exit::OK)
+            Ok(Exit::Ok)
         }
         DeviceCommand::Load {
             addr,
@@ -108,7 +112,7 @@ pub fn run(command: DeviceCommand) -> Result<u8, Failure> {
                 report.query.as_secs_f64() * 1e3,
                 report.status
             );
-            Ok(exit::OK)
+            Ok(Exit::Ok)
         }
         DeviceCommand::Probe { addr, slots } => {
             let probes =
@@ -125,36 +129,33 @@ pub fn run(command: DeviceCommand) -> Result<u8, Failure> {
                     probe.elapsed.as_secs_f64() * 1e6
                 );
             }
-            Ok(exit::OK)
+            Ok(Exit::Ok)
         }
     }
 }
 
 /// A flag SIGINT and SIGTERM set: registered before a server announces itself, so no signal is missed.
-fn stop_on_signal() -> Result<Arc<AtomicBool>, Failure> {
+pub(super) fn stop_on_signal() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(crate::internal)?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| Error::internal("cannot watch for SIGINT and SIGTERM", e))?;
     }
     Ok(stop)
 }
 
-fn wait_until(stop: &AtomicBool) {
+pub(super) fn wait_until(stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<u8, Failure> {
+fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<Exit> {
     let mut config = DeviceConfig::new(listen);
     config.image = image;
     config.log = Arc::new(|event: &LogEvent| eprintln!("device: {event}"));
-    let device = Device::start_with(config).map_err(|e| {
-        Failure::new(
-            exit::BAD_INPUT,
-            format!("cannot start the device on {listen}: {e}"),
-        )
-    })?;
+    let device = Device::start_with(config)
+        .map_err(|e| Error::bad_input(format!("cannot start the device on {listen}: {e}")))?;
     let stop = stop_on_signal()?;
     // One line on stdout with the bound address, so scripts and tests can find a port-0 device.
     println!(
@@ -165,69 +166,5 @@ fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<u8, Failure> {
     wait_until(&stop);
     eprintln!("device: stopping");
     device.stop();
-    Ok(exit::OK)
-}
-
-/// `fracflow cpu-server`: the software Top-K baseline of Figure 16, answering `-Z 0` requests.
-#[derive(clap::Args, Debug)]
-pub struct CpuServerArgs {
-    /// Port on 127.0.0.1 (0 picks a free one); see --listen for another address.
-    #[arg(short = 'p', long, default_value_t = 4096)]
-    port: u16,
-    /// Worker threads (the "cores" of the CPU baseline).
-    #[arg(short = 'n', long, default_value_t = 1)]
-    workers: usize,
-    /// Pin worker i to core S+i (wrapping over the available cores).
-    #[arg(short = 'S', long)]
-    start_cpu: Option<usize>,
-    /// Full listen address; overrides -p.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
-    /// Compiled kernels for -F 2/3/5 (cnn, logit, norm): a directory of `hls` outputs, e.g.
-    /// results/frac-bitstreams/latest/nodes. top_k (-F 1) needs none.
-    #[arg(long)]
-    kernels: Option<PathBuf>,
-    /// A mark in this process's argv (`fracflow-<run>-…`): a run that starts the server over ssh stops it by
-    /// pid only while the pid still carries its token, and finds leftovers by it. The server itself ignores it.
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
-}
-
-pub fn cpu_server(args: CpuServerArgs) -> Result<u8, Failure> {
-    use fracflow_emulator::cpu_server::{CpuServer, CpuServerConfig, kernels_in};
-    let listen = args
-        .listen
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], args.port)));
-    let mut config = CpuServerConfig::new(listen, args.workers.max(1));
-    config.start_cpu = args.start_cpu;
-    if let Some(dir) = &args.kernels {
-        config.kernels = kernels_in(dir).map_err(|e| {
-            Failure::new(exit::BAD_INPUT, format!("--kernels {}: {e}", dir.display()))
-        })?;
-    }
-    config.log = Arc::new(|event: &LogEvent| eprintln!("cpu-server: {event}"));
-    let server = CpuServer::start(config).map_err(|e| {
-        Failure::new(
-            exit::BAD_INPUT,
-            format!("cannot start the CPU server on {listen}: {e}"),
-        )
-    })?;
-    let stop = stop_on_signal()?;
-    println!(
-        "listening {} workers {} (CPU baseline server){}",
-        server.addr(),
-        args.workers.max(1),
-        args.token
-            .as_deref()
-            .map(|t| format!(" token {t}"))
-            .unwrap_or_default()
-    );
-    wait_until(&stop);
-    let stats = server.stats();
-    eprintln!(
-        "cpu-server: stopping after {} requests on {} connections ({} refused as bad input)",
-        stats.requests, stats.connections, stats.bad_input
-    );
-    server.stop();
-    Ok(exit::OK)
+    Ok(Exit::Ok)
 }

@@ -1,13 +1,14 @@
 //! `fracflow client …`: the embedded load client with fperf's flags and console output.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fracflow_client::{ClientConfig, FperfConsole, JsonLines, RunStatus};
 
-use crate::{Failure, exit};
+use crate::error::{Error, Result};
+use crate::exit::Exit;
 
 /// Runs the client with fperf-style `args`; `--samples FILE.parquet` and `--json` are handled here.
-pub fn run(args: Vec<String>) -> Result<u8, Failure> {
+pub fn run(args: Vec<String>) -> Result<Exit> {
     let mut samples: Option<PathBuf> = None;
     let mut json = false;
     let mut fperf_args = Vec::new();
@@ -15,9 +16,9 @@ pub fn run(args: Vec<String>) -> Result<u8, Failure> {
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--samples" => {
-                let file = rest.next().ok_or_else(|| {
-                    Failure::new(exit::BAD_INPUT, "--samples needs a FILE.parquet")
-                })?;
+                let file = rest
+                    .next()
+                    .ok_or_else(|| Error::bad_input("--samples needs a FILE.parquet"))?;
                 samples = Some(PathBuf::from(file));
             }
             "--json" => json = true,
@@ -25,18 +26,20 @@ pub fn run(args: Vec<String>) -> Result<u8, Failure> {
         }
     }
     let config = ClientConfig::from_fperf_args(&fperf_args)
-        .map_err(|e| Failure::new(exit::BAD_INPUT, format!("fracflow client: {e}")))?;
+        .map_err(|e| Error::bad_input(format!("fracflow client: {e}")))?;
+    if let Some(path) = &samples {
+        check_writable(path)?;
+    }
     let stdout = std::io::stdout();
     let report = if json {
         fracflow_client::run(&config, &mut JsonLines::new(stdout.lock()))
     } else {
         fracflow_client::run(&config, &mut FperfConsole::new(stdout.lock()))
     }
-    .map_err(|e| Failure::new(exit::NODE_FAILED, format!("fracflow client: {e}")))?;
+    .map_err(|e| Error::failed(format!("fracflow client: {e}")))?;
     if let Some(path) = &samples {
-        fracflow_client::write_samples_parquet(path, &report.samples).map_err(|e| {
-            Failure::new(exit::INTERNAL, format!("writing {}: {e}", path.display()))
-        })?;
+        fracflow_client::write_samples_parquet(path, &report.samples)
+            .map_err(|e| Error::internal("writing the samples", e))?;
         eprintln!(
             "fracflow client: {} per-request samples in {}",
             report.samples.len(),
@@ -67,10 +70,18 @@ pub fn run(args: Vec<String>) -> Result<u8, Failure> {
         eprintln!("fracflow client: {} requests timed out", report.timeouts);
     }
     match &report.status {
-        RunStatus::Completed => Ok(exit::OK),
+        RunStatus::Completed => Ok(Exit::Ok),
         RunStatus::Failed { reason } => {
             eprintln!("fracflow client: run failed: {reason} (samples taken so far are kept)");
-            Ok(exit::NODE_FAILED)
+            Ok(Exit::NodeFailed)
         }
     }
+}
+
+/// `--samples FILE` can be written, checked before measuring: a wrong path is the user's to fix, and finding
+/// out after a 30-s run would throw the run away.
+fn check_writable(path: &Path) -> Result<()> {
+    let refused = |e| Error::io("cannot write the samples to", path, e);
+    std::fs::File::create(path).map_err(refused)?;
+    std::fs::remove_file(path).map_err(refused)
 }
