@@ -679,9 +679,11 @@ impl<'a> Run<'a> {
         } else {
             "run stopped after a failure"
         };
-        // A lazy effect nobody needed was not needed when each of its dependents was a cache hit or an effect
-        // not needed either; one whose dependents never got that far was skipped with them. Last dependents
-        // first.
+        // A lazy effect that no node pulled in was not needed: each of its dependents was a cache hit, an
+        // effect not needed either, or skipped after a failure under `--keep-going`. When the run stopped
+        // before some dependent got that far, the effect is skipped with it, for the same reason. Last
+        // dependents first.
+        let stopping = self.stopping();
         let mut deferred: Vec<NodeIndex> = self
             .states
             .iter()
@@ -690,12 +692,13 @@ impl<'a> Run<'a> {
             .collect();
         deferred.sort_by_key(|i| std::cmp::Reverse(self.position[i]));
         for &index in &deferred {
-            let stopped = self.graph.dependents(index).any(|d| {
-                matches!(
-                    self.states.get(&d),
-                    Some(State::Waiting(_) | State::Ready | State::Queued(_) | State::Skipped)
-                )
-            });
+            let stopped = stopping
+                && self.graph.dependents(index).any(|d| {
+                    matches!(
+                        self.states.get(&d),
+                        Some(State::Waiting(_) | State::Ready | State::Queued(_) | State::Skipped)
+                    )
+                });
             self.states.insert(
                 index,
                 if stopped {
