@@ -23,10 +23,9 @@
 //! that record what the device was found to hold, which their dependents read and key on, so those keys are
 //! not known before they run; and a figure pipeline that uses them relies on the device being programmed
 //! whenever the run reaches them (a fully cached `frac-measure` still programs its device).
-
 //!
-//! The run itself is a state machine (`state::Run`); what a keyed node needs is decided in `decide`, which
-//! `plan` calls too.
+//! The run itself is a state machine (`state::Run`, described in `engine/docs/scheduler.md`); how a key is made and
+//! what a keyed node needs are decided in `decide`, which `plan` calls too.
 
 mod launch;
 mod state;
