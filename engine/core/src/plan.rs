@@ -53,8 +53,13 @@ pub struct PlanItem {
 }
 
 impl PlanItem {
+    /// Whether the run executes it, or may (`run?`, errors): neither a cache hit nor a lazy effect that
+    /// nothing needs, which the run skips and which takes no time.
     pub fn will_run(&self) -> bool {
-        !matches!(self.verdict, Verdict::Cached { .. })
+        !matches!(
+            self.verdict,
+            Verdict::Cached { .. } | Verdict::NotNeeded { .. }
+        )
     }
 }
 

@@ -450,6 +450,9 @@ fn agree(
                 "{id} executed {executions} times but is {status:?}"
             ));
         }
+        if executions > 0 && !item.will_run() {
+            return Err(format!("{id} executed, but plan counted it as not to run"));
+        }
     }
     // A lazy effect runs before every node that needs it.
     for (at, id) in run.executed.iter().enumerate() {
