@@ -533,30 +533,40 @@ proptest! {
     }
 }
 
+/// One settings value for every node of a hand-written case.
+fn plain(n: usize) -> Vec<Settings> {
+    vec![
+        Settings {
+            value: 0,
+            out: 0,
+            fail: false,
+        };
+        n
+    ]
+}
+
+fn hand_written(kinds: Vec<Kind>, deps: Vec<Vec<usize>>) -> Case {
+    let n = kinds.len();
+    Case {
+        kinds,
+        deps,
+        before: plain(n),
+        after: Vec::new(),
+        edit_files: Vec::new(),
+        targets: vec![n - 1],
+        rerun_first: Vec::new(),
+        rerun_second: Vec::new(),
+        keep_going: false,
+    }
+}
+
 /// Keeps the helper types honest: an edit of a constant node re-runs it and cuts its dependents off.
 #[test]
 fn a_constant_node_edited_reruns_to_the_same_output_and_its_dependent_is_a_hit() {
     let dir = scratch();
     let root = dir.path();
     std::fs::write(root.join("input1.txt"), "input").expect("write input");
-    let case = Case {
-        kinds: vec![Kind::Constant, Kind::Mixing],
-        deps: vec![vec![], vec![0]],
-        before: vec![
-            Settings {
-                value: 0,
-                out: 0,
-                fail: false,
-            };
-            2
-        ],
-        after: Vec::new(),
-        edit_files: Vec::new(),
-        targets: vec![1],
-        rerun_first: Vec::new(),
-        rerun_second: Vec::new(),
-        keep_going: false,
-    };
+    let case = hand_written(vec![Kind::Constant, Kind::Mixing], vec![vec![], vec![0]]);
     let mut edited = case.before.clone();
     edited[0].value = 7;
     let (_, first) = plan_then_run(root, &nodes(root, &case, &case.before), &[1], &[], false);
@@ -577,24 +587,62 @@ fn a_constant_node_edited_reruns_to_the_same_output_and_its_dependent_is_a_hit()
 fn a_disagreement_is_reported() {
     let dir = scratch();
     let root = dir.path();
-    let case = Case {
-        kinds: vec![Kind::Constant],
-        deps: vec![vec![]],
-        before: vec![Settings {
-            value: 0,
-            out: 0,
-            fail: false,
-        }],
-        after: Vec::new(),
-        edit_files: Vec::new(),
-        targets: vec![0],
-        rerun_first: Vec::new(),
-        rerun_second: Vec::new(),
-        keep_going: false,
-    };
+    let case = hand_written(vec![Kind::Constant], vec![vec![]]);
     let nodes = nodes(root, &case, &case.before);
     let (mut predicted, run) = plan_then_run(root, &nodes, &[0], &[], false);
     predicted[0].verdict = Verdict::Cached { key: "k".into() };
     let error = agree(&nodes, &predicted, &run, false).expect_err("a disagreement");
     assert!(error.starts_with("n0: plan said Cached"), "{error}");
+}
+
+/// `--rerun` on a set-up step whose dependent is cached runs it; plan used to call it not needed.
+#[test]
+fn a_lazy_effect_named_by_rerun_runs_though_what_needs_it_is_cached() {
+    let dir = scratch();
+    let root = dir.path();
+    // n0 (effect) → n1 (constant).
+    let case = hand_written(vec![Kind::Lazy, Kind::Constant], vec![vec![], vec![0]]);
+    let nodes = nodes(root, &case, &case.before);
+    plan_then_run(root, &nodes, &[1], &[], false);
+    let (predicted, run) = plan_then_run(root, &nodes, &[1], &["n0".to_owned()], false);
+    assert!(
+        matches!(predicted[0].verdict, Verdict::Forced { .. }),
+        "{:?}",
+        predicted[0].verdict
+    );
+    assert!(matches!(predicted[1].verdict, Verdict::Cached { .. }));
+    assert_eq!(run.executed, ["n0"]);
+    agree(&nodes, &predicted, &run, false).expect("plan and run agree");
+}
+
+/// Whether a set-up step runs can hang on early cutoff upstream of what needs it: plan says `run?`, and the
+/// run skips it when the dependent turns out cached (plan used to say it runs).
+#[test]
+fn a_lazy_effect_whose_dependent_waits_for_upstream_is_run_maybe_and_skipped_after_a_cutoff() {
+    let dir = scratch();
+    let root = dir.path();
+    // n0 (effect) and n1 (constant) → n2 (constant); n1's value changes, its output does not.
+    let case = hand_written(
+        vec![Kind::Lazy, Kind::Constant, Kind::Constant],
+        vec![vec![], vec![], vec![0, 1]],
+    );
+    plan_then_run(root, &nodes(root, &case, &case.before), &[2], &[], false);
+    let mut edited = case.before.clone();
+    edited[1].value = 5;
+    let after = nodes(root, &case, &edited);
+    let (predicted, run) = plan_then_run(root, &after, &[2], &[], false);
+    let upstream = vec!["n1".to_owned()];
+    assert_eq!(
+        predicted[0].verdict,
+        Verdict::AfterUpstream {
+            upstream: upstream.clone()
+        }
+    );
+    assert_eq!(predicted[2].verdict, Verdict::AfterUpstream { upstream });
+    assert_eq!(run.executed, ["n1"]);
+    assert_eq!(
+        run.nodes["n0"],
+        (NodeStatus::Skipped, Some(NOT_NEEDED.to_owned()))
+    );
+    agree(&after, &predicted, &run, false).expect("plan and run agree");
 }
