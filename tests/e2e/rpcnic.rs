@@ -487,6 +487,10 @@ fn fig5_and_fig7_run_on_the_doubles_in_order_and_a_new_bench_reruns_only_its_bui
         reboot.contains("skip") && reboot.contains("nothing that needs it runs"),
         "{plan}"
     );
+    assert!(
+        plan.contains(", 0 to run,"),
+        "a skipped effect is not to run: {plan}"
+    );
 
     // Bench 1 joins the smoke sweep: its build and runs are new; bench 0 and 3 are cached (the device steps are
     // keyed on their commands and bitstreams, not on the points). Each chain runs once, before the new runs on

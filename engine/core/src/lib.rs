@@ -2,6 +2,7 @@
 //! it knows no YAML, sockets or devices.
 
 pub mod cache;
+mod decide;
 pub mod exec;
 pub mod fingerprint;
 pub mod graph;
