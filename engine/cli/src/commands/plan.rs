@@ -39,14 +39,24 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
         .filter(|i| i.estimate_seconds.is_none())
         .count();
     let bytes: u64 = to_run.iter().filter_map(|i| i.estimate_bytes).sum();
+    // Set-up steps that nothing needs are neither run nor taken from the cache: counted on their own.
+    let not_needed = items
+        .iter()
+        .filter(|i| matches!(i.verdict, Verdict::NotNeeded { .. }))
+        .count();
+    let not_needed_note = if not_needed > 0 {
+        format!(", {not_needed} not needed")
+    } else {
+        String::new()
+    };
     println!(
-        "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached",
+        "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached{not_needed_note}",
         loaded.pipeline.name,
         select.testbed,
         testbed.profile.description,
         items.len(),
         to_run.len(),
-        items.len() - to_run.len()
+        items.len() - to_run.len() - not_needed
     );
     let adaptation = testbed.adaptation_lines(&loaded.adapted);
     if !adaptation.is_empty() {
