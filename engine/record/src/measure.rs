@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::read::{Versioned, first_version};
+use crate::read::{Versioned, first_version, is_first_version};
 use crate::table::Cell;
 
 /// The point's record, a [`MeasureSummary`].
@@ -21,8 +21,9 @@ pub const SAMPLES_FILE: &str = "samples.parquet";
 /// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasureSummary {
-    /// [`MeasureSummary::VERSION`] when written; files from before the field existed are version 1.
-    #[serde(default = "first_version")]
+    /// [`MeasureSummary::VERSION`] (written from version 2 on; without it a record is
+    /// version 1, the format from before records were typed).
+    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
     pub version: u32,
     /// The sweep point.
     pub point: BTreeMap<String, serde_json::Value>,
@@ -42,9 +43,14 @@ pub struct MeasureSummary {
     pub members: Vec<MemberSummary>,
 }
 
+impl MeasureSummary {
+    /// The version this build writes and the newest it reads.
+    pub const VERSION: u32 = 1;
+}
+
 impl Versioned for MeasureSummary {
     const WHAT: &'static str = "measure summary";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = Self::VERSION;
     fn version(&self) -> u32 {
         self.version
     }
@@ -338,15 +344,71 @@ mod tests {
         );
     }
 
+    /// The bytes are what `measure` wrote with `json!` before the summary was typed (sorted keys, no version
+    /// field), so cached measurements keep their output hashes and their dependents' keys.
     #[test]
-    fn a_summary_written_before_records_had_versions_reads_as_version_1() -> Result<(), String> {
-        let mut value = serde_json::to_value(summary()).map_err(|e| e.to_string())?;
-        value
-            .as_object_mut()
-            .and_then(|o| o.remove("version"))
-            .ok_or("a version field")?;
-        let back: MeasureSummary = serde_json::from_value(value).map_err(|e| e.to_string())?;
-        assert_eq!(back.version, 1);
+    fn a_version_1_summary_is_written_as_before_it_was_typed() -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join(SUMMARY_FILE);
+        write_record(&path, &summary()).map_err(|e| e.to_string())?;
+        let written = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        let before = serde_json::json!({
+            "point": {"m": 4096, "n": 4},
+            "labels": {"series": "fRAC"},
+            "source": {
+                "testbed": "emulated",
+                "testbed_kind": "emulated",
+                "host": "lab1",
+                "target": "127.0.0.1:4000",
+                "against": "emulated fRAC device (software, this host)",
+                "client": "embedded client, closed loop (fperf rr)",
+            },
+            "device": [{"action": "programmed", "file": "jtag/frac.bit", "sha": "ab12"}],
+            "adapted": ["-n 28 → 4 threads"],
+            "requests": 2400,
+            "cpu_saturated": false,
+            "members": [
+                {
+                    "labels": {"units": 1},
+                    "threads": [0, 4],
+                    "fperf": "-t rr -n 4 -d 2",
+                    "requests": 1200,
+                    "client": "embedded",
+                    "timeouts": 1,
+                    "from_send": {"count": 1200, "min_ns": 5000, "p50_ns": 7900, "p99_ns": 12000,
+                                  "p999_ns": 15000, "max_ns": 40000},
+                    "last_piece": {"count": 0, "min_ns": 0, "p50_ns": 0, "p99_ns": 0, "p999_ns": 0,
+                                   "max_ns": 0},
+                    "open_loop": {"target_rate": 1000.0, "achieved_rate": 998.5, "late_sends": 2,
+                                  "sends": 2000, "max_send_lag_ns": 1_500_000, "rate_kept": true},
+                    "trace": {"rows": 10, "replayed": 10, "response_size_overrides": 0},
+                    "host_load1": 0.25,
+                    "elapsed_s": 2.0,
+                },
+                {
+                    "labels": {"units": 2},
+                    "threads": [4, 8],
+                    "fperf": "-t rr -n 4",
+                    "requests": 1200,
+                    "client": "fperf",
+                    "tpa_id": "client1",
+                    "status": "ok",
+                    "skipped_per_thread": {"0": 12, "3": 9},
+                },
+            ],
+        });
+        assert_eq!(written, before.to_string());
+        let back: MeasureSummary = read_record(&path).map_err(|e| e.to_string())?;
+        assert_eq!(back.version, 1, "no version field is version 1");
+        Ok(())
+    }
+
+    #[test]
+    fn a_later_version_is_written_with_its_number() -> Result<(), String> {
+        let mut later = summary();
+        later.version = 2;
+        let value = serde_json::to_value(&later).map_err(|e| e.to_string())?;
+        assert_eq!(value["version"], 2);
         Ok(())
     }
 

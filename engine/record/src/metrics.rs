@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::read::{Versioned, first_version};
+use crate::read::{Versioned, first_version, is_first_version};
 use crate::table::Cell;
 
 /// The file a `command` node with `metrics` or `labels` writes into its outputs.
@@ -13,8 +13,9 @@ pub const METRICS_FILE: &str = "metrics.json";
 /// `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricsRecord {
-    /// [`MetricsRecord::VERSION`] when written; files from before the field existed are version 1.
-    #[serde(default = "first_version")]
+    /// [`MetricsRecord::VERSION`] (written from version 2 on; without it a record is
+    /// version 1, the format from before records were typed).
+    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
     pub version: u32,
     /// The node's sweep point.
     pub point: BTreeMap<String, serde_json::Value>,
@@ -25,9 +26,14 @@ pub struct MetricsRecord {
     pub metrics: BTreeMap<String, serde_json::Value>,
 }
 
+impl MetricsRecord {
+    /// The version this build writes and the newest it reads.
+    pub const VERSION: u32 = 1;
+}
+
 impl Versioned for MetricsRecord {
     const WHAT: &'static str = "command metrics";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = Self::VERSION;
     fn version(&self) -> u32 {
         self.version
     }
@@ -67,7 +73,6 @@ mod tests {
         assert_eq!(
             raw,
             serde_json::json!({
-                "version": 1,
                 "point": {"bench": 3},
                 "labels": {"design": "one-shot"},
                 "metrics": {"speed": 92.5, "tool": "v1.2"},

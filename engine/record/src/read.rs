@@ -52,17 +52,27 @@ pub fn read_record<T: DeserializeOwned + Versioned>(path: &Path) -> Result<T, Re
     Ok(record)
 }
 
-/// The version of records written before they carried one: their fields are those of version 1.
+/// Version 1 is the format from before records were typed, which had no version field; it is written without
+/// one, so that a record's bytes are those the same node wrote before and cached outputs keep their hashes.
 pub(crate) fn first_version() -> u32 {
     1
 }
 
-/// Writes `record` to `path` as one line of JSON.
+/// See [`first_version`]: the field is written from version 2 on.
+pub(crate) fn is_first_version(version: &u32) -> bool {
+    *version == 1
+}
+
+/// Writes `record` to `path` as one line of canonical JSON: object keys sorted at every level, whatever the
+/// order of the struct's fields. The bytes depend only on the values, and they are those the nodes wrote when
+/// they built these files as JSON maps, so outputs cached before the records were typed keep their hashes.
 pub fn write_record<T: serde::Serialize>(path: &Path, record: &T) -> Result<(), RecordError> {
     let error = |why: String| RecordError {
         path: path.to_path_buf(),
         why,
     };
-    let bytes = serde_json::to_vec(record).map_err(|e| error(e.to_string()))?;
+    // A `serde_json::Value` object is a sorted map (the crate's `preserve_order` feature is off in this workspace).
+    let canonical = serde_json::to_value(record).map_err(|e| error(e.to_string()))?;
+    let bytes = canonical.to_string();
     std::fs::write(path, bytes).map_err(|e| error(e.to_string()))
 }
