@@ -77,11 +77,66 @@ impl Lab {
     }
 
     fn summary(&self, pipeline: &str) -> Table {
-        let dir = self.latest(pipeline).join("nodes/aggregate");
-        let mut tables = fracflow_executors::analysis::tables_in(std::iter::once(dir.as_path()))
-            .expect("tables");
-        tables.remove("summary").expect("summary table")
+        let path = self.latest(pipeline).join("nodes/aggregate/summary.csv");
+        csv_table(&std::fs::read_to_string(&path).expect("summary.csv"))
     }
+}
+
+/// An aggregation's CSV export as a table: numbers as numbers, empty cells null. Read here rather than through
+/// the aggregation crate, which would link polars into this test binary.
+fn csv_table(text: &str) -> Table {
+    let mut lines = text.lines().map(csv_fields);
+    let mut table = Table::new(lines.next().unwrap_or_default());
+    for fields in lines {
+        assert_eq!(fields.len(), table.columns.len(), "{fields:?}");
+        table.rows.push(
+            fields
+                .into_iter()
+                .map(|field| match field.parse::<f64>() {
+                    _ if field.is_empty() => Cell::Null,
+                    Ok(number) => Cell::Num(number),
+                    Err(_) => Cell::Text(field),
+                })
+                .collect(),
+        );
+    }
+    table
+}
+
+/// The fields of one CSV line; a field in double quotes may hold commas and doubled quotes.
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            other => field.push(other),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+#[test]
+fn csv_fields_are_split_outside_quotes_only() {
+    let table = csv_table("design,speed,note\n\"a,b\",1.5,\n\"say \"\"hi\"\"\",,x\n");
+    assert_eq!(table.columns, ["design", "speed", "note"]);
+    assert_eq!(
+        table.rows,
+        [
+            vec![Cell::Text("a,b".to_owned()), Cell::Num(1.5), Cell::Null],
+            vec![
+                Cell::Text("say \"hi\"".to_owned()),
+                Cell::Null,
+                Cell::Text("x".to_owned())
+            ],
+        ]
+    );
 }
 
 /// Node ids of the manifest with `status`.

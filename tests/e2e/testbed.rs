@@ -3,6 +3,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use fracflow_record::measure::MemberClient;
+use fracflow_record::{MeasureSummary, SUMMARY_FILE};
+
 use crate::support::{Sandbox, text};
 
 /// Writes an executable script under `bin/` of the sandbox.
@@ -205,21 +208,23 @@ fn a_real_testbed_programs_waits_for_the_link_and_measures() {
         "{calls}"
     );
     assert_eq!(order.iter().filter(|t| **t == "ping").count(), 2, "{calls}");
-    let summary: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(
-            sandbox
-                .results("scalability")
-                .join("latest/nodes/frac[m=4096,k=1,n=4]/summary.json"),
-        )
-        .expect("the fRAC point was measured"),
+    let summary: MeasureSummary = fracflow_record::read_record(
+        &sandbox
+            .results("scalability")
+            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .join(SUMMARY_FILE),
     )
-    .expect("json");
-    assert_eq!(summary["source"]["testbed_kind"], "real");
-    assert_eq!(summary["source"]["target"], addr.as_str());
-    let actions = summary["device"].to_string();
+    .expect("the fRAC point was measured");
+    assert_eq!(summary.source.testbed_kind, "real");
+    assert_eq!(summary.source.target, addr.as_str());
     assert!(
-        actions.contains("program") && actions.contains("c00_f00.bin"),
-        "{actions}"
+        summary.device.iter().any(|a| a.action.contains("program"))
+            && summary
+                .device
+                .iter()
+                .any(|a| a.file.contains("c00_f00.bin")),
+        "{:?}",
+        summary.device
     );
 }
 
@@ -334,24 +339,23 @@ fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
         calls.contains("env TPA_ID=client TPA_ETH_DEV=fake0 TPA_CFG=tcp {tso = 0; }"),
         "{calls}"
     );
-    let summary: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(
-            sandbox
-                .results("scalability")
-                .join("latest/nodes/frac[m=4096,k=1,n=4]/summary.json"),
-        )
-        .expect("the fRAC point was measured"),
+    let summary: MeasureSummary = fracflow_record::read_record(
+        &sandbox
+            .results("scalability")
+            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .join(SUMMARY_FILE),
     )
-    .expect("json");
+    .expect("the fRAC point was measured");
     assert_eq!(
-        summary["source"]["client"],
+        summary.source.client,
         "real fperf (libtpa/DPDK) through the adapter"
     );
-    assert_eq!(summary["members"][0]["client"], "fperf");
     assert!(
-        summary["requests"].as_u64().is_some_and(|n| n > 0),
-        "{summary}"
+        matches!(summary.members[0].client, MemberClient::Fperf(_)),
+        "{:?}",
+        summary.members
     );
+    assert!(summary.requests > 0, "{summary:?}");
 }
 
 #[test]

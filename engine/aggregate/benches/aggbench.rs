@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::{DataType, Field, Schema};
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, aggregate};
+use fracflow_record::samples::samples_schema;
+use fracflow_record::{SAMPLES_FILE, SampleColumn};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -84,7 +85,7 @@ fn point_dirs(dir: &Path) -> BenchResult<Vec<PathBuf>> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)?
         .map(|entry| entry.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
-    dirs.retain(|d| d.join("samples.parquet").is_file());
+    dirs.retain(|d| d.join(SAMPLES_FILE).is_file());
     dirs.sort();
     Ok(dirs)
 }
@@ -96,22 +97,11 @@ fn generate(dir: &Path, points: u64, rows_per_point: u64) -> BenchResult {
         .try_for_each(|point| -> BenchResult {
             let point_dir = dir.join(format!("point_{point:03}"));
             std::fs::create_dir_all(&point_dir)?;
-            let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
-            let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
-            let schema = Arc::new(Schema::new(vec![
-                u32f("thread"),
-                u64f("seq"),
-                u64f("t_send_ns"),
-                u64f("latency_ns"),
-                u64f("latency_last_piece_ns"),
-                u32f("slot"),
-                u32f("request_bytes"),
-                u32f("response_bytes"),
-            ]));
+            let schema = Arc::new(samples_schema());
             let props = WriterProperties::builder()
                 .set_compression(Compression::ZSTD(ZstdLevel::default()))
                 .build();
-            let file = std::fs::File::create(point_dir.join("samples.parquet"))?;
+            let file = std::fs::File::create(point_dir.join(SAMPLES_FILE))?;
             let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))?;
             let mut state = 0x5eed ^ point.wrapping_mul(0x1000_0000_01b3);
             let rows_per_thread = rows_per_point.div_ceil(CLIENTS);
@@ -130,19 +120,25 @@ fn generate(dir: &Path, points: u64, rows_per_point: u64) -> BenchResult {
                 let batch_len = thread.len();
                 let constant =
                     |v: u32| -> ArrayRef { Arc::new(UInt32Array::from(vec![v; batch_len])) };
-                let batch = RecordBatch::try_new(
-                    Arc::clone(&schema),
-                    vec![
-                        Arc::new(UInt32Array::from(thread)),
-                        Arc::new(UInt64Array::from(seq)),
-                        Arc::new(UInt64Array::from(t_send)),
-                        Arc::new(UInt64Array::from(from_send)),
-                        Arc::new(UInt64Array::from(last_piece)),
-                        constant(0),
-                        constant(4096),
-                        constant(64),
-                    ],
-                )?;
+                let thread: ArrayRef = Arc::new(UInt32Array::from(thread));
+                let seq: ArrayRef = Arc::new(UInt64Array::from(seq));
+                let t_send: ArrayRef = Arc::new(UInt64Array::from(t_send));
+                let from_send: ArrayRef = Arc::new(UInt64Array::from(from_send));
+                let last_piece: ArrayRef = Arc::new(UInt64Array::from(last_piece));
+                let columns: Vec<ArrayRef> = SampleColumn::ALL
+                    .iter()
+                    .map(|column| match column {
+                        SampleColumn::Thread => Arc::clone(&thread),
+                        SampleColumn::Seq => Arc::clone(&seq),
+                        SampleColumn::TSendNs => Arc::clone(&t_send),
+                        SampleColumn::LatencyNs => Arc::clone(&from_send),
+                        SampleColumn::LatencyLastPieceNs => Arc::clone(&last_piece),
+                        SampleColumn::Slot => constant(0),
+                        SampleColumn::RequestBytes => constant(4096),
+                        SampleColumn::ResponseBytes => constant(64),
+                    })
+                    .collect();
+                let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
                 writer.write(&batch)?;
                 start = end;
             }
@@ -158,7 +154,7 @@ fn generate(dir: &Path, points: u64, rows_per_point: u64) -> BenchResult {
 
 fn total_rows(dirs: &[PathBuf]) -> BenchResult<u64> {
     dirs.iter().try_fold(0u64, |sum, dir| {
-        let reader = SerializedFileReader::new(std::fs::File::open(dir.join("samples.parquet"))?)?;
+        let reader = SerializedFileReader::new(std::fs::File::open(dir.join(SAMPLES_FILE))?)?;
         Ok(sum + reader.metadata().file_metadata().num_rows() as u64)
     })
 }
@@ -196,7 +192,7 @@ fn baseline(dir: &Path) -> BenchResult {
         .iter()
         .enumerate()
         .map(|(index, dir)| {
-            let path = dir.join("samples.parquet");
+            let path = dir.join(SAMPLES_FILE);
             LazyFrame::scan_parquet(
                 PlRefPath::new(path.to_string_lossy().into_owned()),
                 ScanArgsParquet::default(),
@@ -204,7 +200,7 @@ fn baseline(dir: &Path) -> BenchResult {
             .map(|scan| scan.with_column(lit(index as u32).alias("point")))
         })
         .collect::<Result<_, _>>()?;
-    let latency = || col("latency_last_piece_ns");
+    let latency = || col(SampleColumn::LatencyLastPieceNs.name());
     let quantile = |q: f64, name: &str| {
         latency()
             .quantile(lit(q), QuantileMethod::Nearest)

@@ -130,6 +130,7 @@ use std::path::{Path, PathBuf};
 pub use error::AggregateError;
 pub use expect::{Bound, Curve, Expectation, Flatter, Near, SlowerGrowth, evaluate};
 pub use fracflow_record::{Cell, ExpectationResult, Table};
+use fracflow_record::{SAMPLES_FILE, SECONDS_FILE};
 pub use spec::{
     AggregateSpec, CdfSpec, CompareOp, CompareSpec, DEFAULT_CDF_POINTS, DEFAULT_EXACT_MAX_SAMPLES,
     DeriveStep, LatencyField, ScaleBy, StatsKind,
@@ -309,7 +310,7 @@ fn seconds_summary(
     ));
     for point in points {
         let summary = seconds::summarise(
-            &point.dir.join("seconds.jsonl"),
+            &point.dir.join(SECONDS_FILE),
             spec.from_s.unwrap_or(0),
             point.member,
         )?;
@@ -424,7 +425,7 @@ fn sample_tables(
         vec![Cell::Text(function), Cell::Num(f64::from(key.fragments))]
     };
     for point in points {
-        let path = point.dir.join("samples.parquet");
+        let path = point.dir.join(SAMPLES_FILE);
         let wants_cdf = (trace || spec.cdf.is_some())
             && spec.cdf.as_ref().is_none_or(|cdf| {
                 cdf.filter.iter().all(|(name, wanted)| {

@@ -1,17 +1,15 @@
-//! `stats: metrics`: one row per node that extracted numbers from a tool's output (`metrics.json`, written by
-//! the `command` kind: `{"point", "labels", "metrics"}`), rows that differ only in the `over` labels (the
+//! `stats: metrics`: one row per node that extracted numbers from a tool's output (`metrics.json`, a
+//! [`MetricsRecord`] written by the `command` kind), rows that differ only in the `over` labels (the
 //! repetitions of a single-shot run) reduced to their mean, sample standard deviation and count.
 
 use std::path::Path;
 
+use fracflow_record::{METRICS_FILE, MetricsRecord};
 use polars::prelude::DataFrame;
 
 use crate::error::AggregateError;
 use crate::spec::AggregateSpec;
 use crate::{Cell, PointSource, Table, frame, label_cells};
-
-/// The file each row source holds.
-pub(crate) const METRICS_FILE: &str = "metrics.json";
 
 /// The column of a reduced row that counts the rows it came from.
 pub(crate) const COUNT_COLUMN: &str = "n";
@@ -66,24 +64,23 @@ pub(crate) fn summary(
     Ok((reduced, group))
 }
 
-/// A `metrics.json`'s metrics in file order; each a number or null.
+/// A `metrics.json`'s metrics in name order; each a number or null.
 fn read(path: &Path) -> Result<Vec<(String, Option<f64>)>, AggregateError> {
-    let text = std::fs::read_to_string(path).map_err(|e| AggregateError::io(path, e))?;
+    let record: MetricsRecord =
+        fracflow_record::read_record(path).map_err(|e| AggregateError::Metrics {
+            path: e.path,
+            why: e.why,
+        })?;
     let bad = |why: String| AggregateError::Metrics {
         path: path.to_path_buf(),
         why,
     };
-    let record: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let metrics = record
-        .get("metrics")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| bad("has no `metrics` object".to_owned()))?;
-    metrics
-        .iter()
+    record
+        .metrics
+        .into_iter()
         .map(|(name, value)| match value {
-            serde_json::Value::Null => Ok((name.clone(), None)),
-            serde_json::Value::Number(n) => Ok((name.clone(), n.as_f64())),
+            serde_json::Value::Null => Ok((name, None)),
+            serde_json::Value::Number(n) => Ok((name, n.as_f64())),
             other => Err(bad(format!(
                 "metric `{name}` is {other}, not a number (give the metric a `base:` so that a capture that is no number fails its node)"
             ))),

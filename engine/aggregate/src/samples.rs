@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::DataType;
+use fracflow_record::SampleColumn;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -170,24 +170,24 @@ struct BatchColumns<'a> {
 struct Wanted {
     thread_and_seq: bool,
     t_send: bool,
-    latency: Option<&'static str>,
+    latency: Option<SampleColumn>,
     trace: bool,
 }
 
 impl Wanted {
     fn names(&self) -> Vec<&'static str> {
-        let mut names = Vec::new();
+        let mut columns = Vec::new();
         if self.thread_and_seq {
-            names.extend(["thread", "seq"]);
+            columns.extend([SampleColumn::Thread, SampleColumn::Seq]);
         }
         if self.t_send {
-            names.push("t_send_ns");
+            columns.push(SampleColumn::TSendNs);
         }
-        names.extend(self.latency);
+        columns.extend(self.latency);
         if self.trace {
-            names.extend(["slot", "request_bytes"]);
+            columns.extend([SampleColumn::Slot, SampleColumn::RequestBytes]);
         }
-        names
+        columns.into_iter().map(SampleColumn::name).collect()
     }
 }
 
@@ -232,19 +232,17 @@ impl SamplesFile {
                 AggregateError::samples(path, format!("not a readable Parquet file: {e}"))
             })?;
         let mut needed = vec![
-            ("thread", DataType::UInt32),
-            ("seq", DataType::UInt64),
-            ("t_send_ns", DataType::UInt64),
-            (query.latency.column(), DataType::UInt64),
+            SampleColumn::Thread,
+            SampleColumn::Seq,
+            SampleColumn::TSendNs,
+            query.latency.column(),
         ];
         if query.trace_piece.is_some() {
-            needed.extend([
-                ("slot", DataType::UInt32),
-                ("request_bytes", DataType::UInt32),
-            ]);
+            needed.extend([SampleColumn::Slot, SampleColumn::RequestBytes]);
         }
         let schema = metadata.schema();
-        for (name, data_type) in needed {
+        for column in needed {
+            let (name, data_type) = (column.name(), column.arrow_type());
             match schema.field_with_name(name) {
                 Ok(field) if *field.data_type() == data_type => {}
                 Ok(field) => {
@@ -271,7 +269,7 @@ impl SamplesFile {
             .parquet_schema()
             .columns()
             .iter()
-            .position(|column| column.name() == "t_send_ns");
+            .position(|column| column.name() == SampleColumn::TSendNs.name());
         // u64 columns are stored as INT64; the statistics hold the same bits (ns values stay below 2^63).
         let send_ranges = metadata
             .metadata()
@@ -327,18 +325,22 @@ impl SamplesFile {
                 .map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
         for batch in reader {
             let batch = batch.map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
-            let u32s = |name: &str, on: bool| on.then(|| self.u32_column(&batch, name)).transpose();
-            let u64s = |name: &str, on: bool| on.then(|| self.u64_column(&batch, name)).transpose();
+            let u32s = |column: SampleColumn, on: bool| {
+                on.then(|| self.u32_column(&batch, column)).transpose()
+            };
+            let u64s = |column: SampleColumn, on: bool| {
+                on.then(|| self.u64_column(&batch, column)).transpose()
+            };
             let columns = BatchColumns {
-                thread: u32s("thread", wanted.thread_and_seq)?,
-                seq: u64s("seq", wanted.thread_and_seq)?,
-                t_send: u64s("t_send_ns", wanted.t_send)?,
+                thread: u32s(SampleColumn::Thread, wanted.thread_and_seq)?,
+                seq: u64s(SampleColumn::Seq, wanted.thread_and_seq)?,
+                t_send: u64s(SampleColumn::TSendNs, wanted.t_send)?,
                 latency: wanted
                     .latency
-                    .map(|name| self.u64_column(&batch, name))
+                    .map(|column| self.u64_column(&batch, column))
                     .transpose()?,
-                slot: u32s("slot", wanted.trace)?,
-                request_bytes: u32s("request_bytes", wanted.trace)?,
+                slot: u32s(SampleColumn::Slot, wanted.trace)?,
+                request_bytes: u32s(SampleColumn::RequestBytes, wanted.trace)?,
             };
             if let Some(&thread) = columns.thread.and_then(|t| t.iter().max())
                 && thread > MAX_THREAD_ID
@@ -353,8 +355,9 @@ impl SamplesFile {
     fn u64_column<'b>(
         &self,
         batch: &'b RecordBatch,
-        name: &str,
+        column: SampleColumn,
     ) -> Result<&'b [u64], AggregateError> {
+        let name = column.name();
         let array = batch
             .column_by_name(name)
             .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
@@ -368,8 +371,9 @@ impl SamplesFile {
     fn u32_column<'b>(
         &self,
         batch: &'b RecordBatch,
-        name: &str,
+        column: SampleColumn,
     ) -> Result<&'b [u32], AggregateError> {
+        let name = column.name();
         let array = batch
             .column_by_name(name)
             .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use fracflow_record::SampleColumn;
 use serde::Deserialize;
 
 use crate::Cell;
@@ -94,10 +95,10 @@ pub enum LatencyField {
 }
 
 impl LatencyField {
-    pub(crate) fn column(self) -> &'static str {
+    pub(crate) fn column(self) -> SampleColumn {
         match self {
-            LatencyField::FromSend => "latency_ns",
-            LatencyField::LastPiece => "latency_last_piece_ns",
+            LatencyField::FromSend => SampleColumn::LatencyNs,
+            LatencyField::LastPiece => SampleColumn::LatencyLastPieceNs,
         }
     }
 }

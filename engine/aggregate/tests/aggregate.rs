@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::{DataType, Field, Schema};
 use fracflow_aggregate::{
     AggregateSpec, Cell, Expectation, PointSource, Table, aggregate, evaluate, read_table,
 };
+use fracflow_record::samples::samples_schema;
+use fracflow_record::{METRICS_FILE, MetricsRecord, SAMPLES_FILE, SampleColumn};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -38,26 +39,16 @@ fn sample(thread: u32, seq: u64, t_send_ns: u64, last_piece_ns: u64) -> Sample {
     }
 }
 
-/// Writes `samples` with the measure node's schema, `row_group_rows` rows per row group.
+/// Writes `samples` in the schema record defines, `row_group_rows` rows per row group (the client's writer
+/// cannot choose row groups, which the statistics-skipping tests need).
 fn write_samples(dir: &Path, samples: &[Sample], row_group_rows: usize) -> TestResult {
     std::fs::create_dir_all(dir)?;
-    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
-    let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
-    let schema = Arc::new(Schema::new(vec![
-        u32f("thread"),
-        u64f("seq"),
-        u64f("t_send_ns"),
-        u64f("latency_ns"),
-        u64f("latency_last_piece_ns"),
-        u32f("slot"),
-        u32f("request_bytes"),
-        u32f("response_bytes"),
-    ]));
+    let schema = Arc::new(samples_schema());
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(row_group_rows))
         .build();
-    let file = std::fs::File::create(dir.join("samples.parquet"))?;
+    let file = std::fs::File::create(dir.join(SAMPLES_FILE))?;
     let mut writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(props))?;
     for chunk in samples.chunks(row_group_rows) {
         let u32c = |f: fn(&Sample) -> u32| -> ArrayRef {
@@ -66,19 +57,20 @@ fn write_samples(dir: &Path, samples: &[Sample], row_group_rows: usize) -> TestR
         let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
             Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
         };
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                u32c(|s| s.thread),
-                u64c(|s| s.seq),
-                u64c(|s| s.t_send_ns),
-                u64c(|s| s.last_piece_ns + 500),
-                u64c(|s| s.last_piece_ns),
-                u32c(|s| s.slot),
-                u32c(|s| s.request_bytes),
-                u32c(|_| 64),
-            ],
-        )?;
+        let columns = SampleColumn::ALL
+            .iter()
+            .map(|column| match column {
+                SampleColumn::Thread => u32c(|s| s.thread),
+                SampleColumn::Seq => u64c(|s| s.seq),
+                SampleColumn::TSendNs => u64c(|s| s.t_send_ns),
+                SampleColumn::LatencyNs => u64c(|s| s.last_piece_ns + 500),
+                SampleColumn::LatencyLastPieceNs => u64c(|s| s.last_piece_ns),
+                SampleColumn::Slot => u32c(|s| s.slot),
+                SampleColumn::RequestBytes => u32c(|s| s.request_bytes),
+                SampleColumn::ResponseBytes => u32c(|_| 64),
+            })
+            .collect();
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
         writer.write(&batch)?;
         writer.flush()?;
     }
@@ -150,6 +142,32 @@ fn assert_exports_round_trip(out: &Path, tables: &BTreeMap<String, Table>) -> Te
         };
         assert_eq!(csv, unlabelled, "{name}.csv");
     }
+    Ok(())
+}
+
+/// Every file under `dir` (recursively) that holds unit tests.
+fn files_with_unit_tests(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            found.extend(files_with_unit_tests(&path)?);
+        } else if std::fs::read_to_string(&path)?.contains("#[cfg(test)]") {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// The library target has `test = false` (Cargo.toml), so unit tests in `src/` would silently never run.
+#[test]
+fn the_library_holds_no_unit_tests_that_would_not_run() -> TestResult {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = files_with_unit_tests(&src)?;
+    assert!(
+        found.is_empty(),
+        "unit tests in {found:?} do not run (the lib has `test = false`); write them in tests/aggregate.rs"
+    );
     Ok(())
 }
 
@@ -367,6 +385,57 @@ mod samples {
             }
         }
         rows
+    }
+
+    /// The one schema in use: what the client's writer (the measure node's and the fperf adapter's) leaves is
+    /// what this reader reads, both latencies from their own columns.
+    #[test]
+    fn a_file_the_client_writes_is_read_with_the_same_schema() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("client");
+        std::fs::create_dir_all(&dir)?;
+        let written: Vec<fracflow_client::Sample> = (0..10u32)
+            .map(|i| fracflow_client::Sample {
+                thread: i % 2,
+                seq: u64::from(i / 2),
+                t_send_ns: u64::from(i) * 1_000_000_000,
+                latency_ns: u64::from(i + 1) * 2_000,
+                latency_last_piece_ns: u64::from(i + 1) * 1_000,
+                slot: 1,
+                request_bytes: 64 + 512 * (i % 3),
+                response_bytes: 64,
+            })
+            .collect();
+        fracflow_client::write_samples_parquet(&dir.join(SAMPLES_FILE), &written)?;
+        let points = [point(dir, &[("series", text("client"))])];
+        for (latency, median_us, max_us) in [("last_piece", 6.0, 10.0), ("from_send", 12.0, 20.0)] {
+            let result = aggregate(
+                &spec(&format!(
+                    r#"{{"stats":"samples","skip_s":0,"latency":"{latency}"}}"#
+                ))?,
+                &points,
+                &tmp.path().join(latency),
+            )?;
+            let summary = &result.tables["summary"];
+            let key = [("series", text("client"))];
+            assert_eq!(value(summary, &key, "requests"), 10.0, "{latency}");
+            assert_close(value(summary, &key, "median_us"), median_us);
+            assert_close(value(summary, &key, "max_us"), max_us);
+        }
+        // A trace groups by the slot and request size columns the client wrote.
+        let result = aggregate(
+            &spec(r#"{"stats":"trace","functions":{"1":"Logit"}}"#)?,
+            &points,
+            &tmp.path().join("trace"),
+        )?;
+        let fragments: Vec<String> = result.tables["summary"]
+            .rows
+            .iter()
+            .filter_map(|row| row.get(result.tables["summary"].column("fragments")?))
+            .map(Cell::label)
+            .collect();
+        assert_eq!(fragments, ["0", "1", "2"]);
+        Ok(())
     }
 
     #[test]
@@ -1097,8 +1166,13 @@ mod metrics {
     /// A `metrics.json` as the `command` kind writes it.
     fn write_metrics(dir: &Path, metrics: serde_json::Value) -> TestResult {
         std::fs::create_dir_all(dir)?;
-        let record = serde_json::json!({"point": {}, "labels": {}, "metrics": metrics});
-        std::fs::write(dir.join("metrics.json"), record.to_string())?;
+        let record = MetricsRecord {
+            version: MetricsRecord::VERSION,
+            point: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            metrics: serde_json::from_value(metrics)?,
+        };
+        fracflow_record::write_record(&dir.join(METRICS_FILE), &record)?;
         Ok(())
     }
 
@@ -1325,6 +1399,23 @@ mod metrics {
             tmp.path(),
         ));
         assert!(error.contains("not `metrics`"), "{error}");
+
+        // A record without its metrics is one error naming the file and the field.
+        let bare = tmp.path().join("bare");
+        std::fs::create_dir_all(&bare)?;
+        std::fs::write(bare.join(METRICS_FILE), r#"{"point":{},"labels":{}}"#)?;
+        let error = message(aggregate(
+            &spec(r#"{"stats":"metrics"}"#)?,
+            &[point(bare.clone(), &[])],
+            tmp.path(),
+        ));
+        assert_eq!(
+            error,
+            format!(
+                "{}: not a command metrics record: missing field `metrics` at line 1 column 24",
+                bare.join(METRICS_FILE).display()
+            )
+        );
 
         // A text metric (a capture without `base` that was no number) names the file and the metric.
         let text_dir = tmp.path().join("text");

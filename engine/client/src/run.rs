@@ -140,66 +140,8 @@ pub struct ThreadReport {
     pub abandoned_at_end: u64,
 }
 
-/// Open-loop outcome.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct OpenLoopReport {
-    /// Target requests/s.
-    pub target_rate: f64,
-    /// Completions/s over the measured seconds.
-    pub achieved_rate: f64,
-    /// Sends later than 1 ms.
-    pub late_sends: u64,
-    /// Requests sent.
-    pub sends: u64,
-    /// Largest send lag, ns.
-    pub max_send_lag_ns: u64,
-    /// Achieved ≥ 98 % of the target and no send more than 100 ms behind.
-    pub rate_kept: bool,
-}
-
-/// Trace replay outcome.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TraceReport {
-    /// Rows in the trace.
-    pub rows: u64,
-    /// Rows answered.
-    pub replayed: u64,
-    /// Rows whose `response_size` column disagreed with the unit's size
-    /// (the unit's size was used).
-    pub response_size_overrides: u64,
-}
-
-impl TraceReport {
-    /// fperf's closing trace line.
-    #[must_use]
-    pub fn line(&self) -> String {
-        if self.replayed == self.rows {
-            format!("trace: all {} rows replayed", self.rows)
-        } else {
-            format!(
-                "trace: connection closed after {} of {} rows",
-                self.replayed, self.rows
-            )
-        }
-    }
-}
-
-/// Percentiles of a latency distribution, ns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct Summary {
-    /// Values.
-    pub count: u64,
-    /// Smallest.
-    pub min_ns: u64,
-    /// Median.
-    pub p50_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// 99.9th percentile.
-    pub p999_ns: u64,
-    /// Largest.
-    pub max_ns: u64,
-}
+/// The latency percentiles, open-loop and trace outcomes of a run: the records a measure summary carries.
+pub use fracflow_record::measure::{LatencySummary as Summary, OpenLoopReport, TraceReport};
 
 fn summarize(h: &Histogram<u64>) -> Summary {
     if h.is_empty() {

@@ -1,11 +1,13 @@
-//! Per-request samples as Parquet (readable by pandas, polars, pyarrow).
+//! Per-request samples as Parquet (readable by pandas, polars, pyarrow), in the columns `fracflow_record::samples`
+//! defines.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::{DataType, Field, Schema};
+use fracflow_record::SampleColumn;
+use fracflow_record::samples::samples_schema;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
@@ -24,24 +26,6 @@ pub struct SamplesError {
     pub path: PathBuf,
     /// What failed.
     pub why: String,
-}
-
-/// The file's schema: thread u32, seq u64, t_send_ns u64, latency_ns u64,
-/// latency_last_piece_ns u64, slot u32, request_bytes u32, response_bytes u32.
-#[must_use]
-pub fn samples_schema() -> Schema {
-    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
-    let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
-    Schema::new(vec![
-        u32f("thread"),
-        u64f("seq"),
-        u64f("t_send_ns"),
-        u64f("latency_ns"),
-        u64f("latency_last_piece_ns"),
-        u32f("slot"),
-        u32f("request_bytes"),
-        u32f("response_bytes"),
-    ])
 }
 
 /// Writes `samples` to `path` (zstd-compressed Parquet).
@@ -64,20 +48,22 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
         let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
             Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
         };
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                u32c(|s| s.thread),
-                u64c(|s| s.seq),
-                u64c(|s| s.t_send_ns),
-                u64c(|s| s.latency_ns),
-                u64c(|s| s.latency_last_piece_ns),
-                u32c(|s| u32::from(s.slot)),
-                u32c(|s| s.request_bytes),
-                u32c(|s| s.response_bytes),
-            ],
-        )
-        .map_err(|e| err(e.to_string()))?;
+        // In the schema's column order; the match makes a new column a compile error here until it is written.
+        let columns = SampleColumn::ALL
+            .iter()
+            .map(|column| match column {
+                SampleColumn::Thread => u32c(|s| s.thread),
+                SampleColumn::Seq => u64c(|s| s.seq),
+                SampleColumn::TSendNs => u64c(|s| s.t_send_ns),
+                SampleColumn::LatencyNs => u64c(|s| s.latency_ns),
+                SampleColumn::LatencyLastPieceNs => u64c(|s| s.latency_last_piece_ns),
+                SampleColumn::Slot => u32c(|s| u32::from(s.slot)),
+                SampleColumn::RequestBytes => u32c(|s| s.request_bytes),
+                SampleColumn::ResponseBytes => u32c(|s| s.response_bytes),
+            })
+            .collect();
+        let batch =
+            RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| err(e.to_string()))?;
         writer.write(&batch).map_err(|e| err(e.to_string()))?;
     }
     writer.close().map_err(|e| err(e.to_string()))?;
@@ -98,14 +84,16 @@ pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
     let mut out = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;
-        let u32c = |name: &str| {
+        let u32c = |column: SampleColumn| {
+            let name = column.name();
             batch
                 .column_by_name(name)
                 .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
                 .cloned()
                 .ok_or_else(|| err(format!("column {name} missing or not u32")))
         };
-        let u64c = |name: &str| {
+        let u64c = |column: SampleColumn| {
+            let name = column.name();
             batch
                 .column_by_name(name)
                 .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
@@ -113,16 +101,16 @@ pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
                 .ok_or_else(|| err(format!("column {name} missing or not u64")))
         };
         let (thread, seq, t_send, lat, lat_last) = (
-            u32c("thread")?,
-            u64c("seq")?,
-            u64c("t_send_ns")?,
-            u64c("latency_ns")?,
-            u64c("latency_last_piece_ns")?,
+            u32c(SampleColumn::Thread)?,
+            u64c(SampleColumn::Seq)?,
+            u64c(SampleColumn::TSendNs)?,
+            u64c(SampleColumn::LatencyNs)?,
+            u64c(SampleColumn::LatencyLastPieceNs)?,
         );
         let (slot, req, resp) = (
-            u32c("slot")?,
-            u32c("request_bytes")?,
-            u32c("response_bytes")?,
+            u32c(SampleColumn::Slot)?,
+            u32c(SampleColumn::RequestBytes)?,
+            u32c(SampleColumn::ResponseBytes)?,
         );
         for i in 0..batch.num_rows() {
             out.push(Sample {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
-use fracflow_record::{Cell, ExpectationResult, Provenance, Table};
+use fracflow_record::{
+    Cell, ExpectationResult, METRICS_FILE, MeasureSummary, MetricsRecord, Provenance, SUMMARY_FILE,
+    Table,
+};
 
 use crate::testbed::Session;
 
@@ -21,32 +24,6 @@ fn info(version: u32) -> KindInfo {
         version,
         tools: BTreeMap::new(),
         cacheable: true,
-    }
-}
-
-/// A measured point's labels: its sweep point, then the labels its node declared (which win), as cells.
-fn point_labels(summary: &serde_json::Value) -> BTreeMap<String, Cell> {
-    let mut labels = BTreeMap::new();
-    for key in ["point", "labels"] {
-        if let Some(map) = summary.get(key).and_then(|v| v.as_object()) {
-            for (name, value) in map {
-                labels.insert(name.clone(), cell(value));
-            }
-        }
-    }
-    labels
-}
-
-fn cell(value: &serde_json::Value) -> Cell {
-    match value {
-        serde_json::Value::Number(n) => n.as_f64().map_or(Cell::Null, Cell::Num),
-        serde_json::Value::String(text) => match text.trim().parse::<f64>() {
-            Ok(number) => Cell::Num(number),
-            Err(_) => Cell::Text(text.clone()),
-        },
-        serde_json::Value::Bool(b) => Cell::Num(f64::from(u8::from(*b))),
-        serde_json::Value::Null => Cell::Null,
-        other => Cell::Text(other.to_string()),
     }
 }
 
@@ -91,24 +68,26 @@ impl Executor for AggregateKind {
     }
 }
 
-/// Reads a dependency's JSON record (`summary.json`, `metrics.json`).
-fn read_record(job: &Job<'_>, path: &Path) -> Result<serde_json::Value, NodeError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))
+/// Reads a dependency's record (`summary.json`, `metrics.json`): a missing or mistyped field fails the node,
+/// naming the file and the field.
+fn read_dependency_record<T>(job: &Job<'_>, path: &Path) -> Result<T, NodeError>
+where
+    T: serde::de::DeserializeOwned + fracflow_record::Versioned,
+{
+    fracflow_record::read_record(path).map_err(|e| failed(job.spec, e))
 }
 
 /// `stats: metrics`: one row per dependency with a `metrics.json`, labelled like a measured point.
 fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
     let mut rows = Vec::new();
     for dir in job.inputs.values() {
-        let path = dir.join(crate::command::METRICS_FILE);
+        let path = dir.join(METRICS_FILE);
         if !path.is_file() {
             continue;
         }
-        let record = read_record(job, &path)?;
+        let record: MetricsRecord = read_dependency_record(job, &path)?;
         rows.push(PointSource {
-            labels: point_labels(&record),
+            labels: record.label_cells(),
             dir: dir.clone(),
             member: None,
         });
@@ -126,34 +105,30 @@ fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
 fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
     let mut points = Vec::new();
     for dir in job.inputs.values() {
-        let summary = dir.join("summary.json");
-        if !summary.is_file() {
+        let path = dir.join(SUMMARY_FILE);
+        if !path.is_file() {
             continue;
         }
-        let value = read_record(job, &summary)?;
-        let labels = point_labels(&value);
-        let members = value["members"].as_array().map_or(&[][..], Vec::as_slice);
-        let labelled: Vec<&serde_json::Map<String, serde_json::Value>> = members
-            .iter()
-            .filter_map(|m| m["labels"].as_object())
-            .collect();
-        if members.len() > 1 && labelled.len() == members.len() {
+        let summary: MeasureSummary = read_dependency_record(job, &path)?;
+        let labels = summary.label_cells();
+        match summary.member_labels() {
             // Client processes that ran at once with labels of their own: one point each.
-            for (member, own) in labelled.into_iter().enumerate() {
-                let mut labels = labels.clone();
-                labels.extend(own.iter().map(|(k, v)| (k.clone(), cell(v))));
-                points.push(PointSource {
-                    labels,
-                    dir: dir.clone(),
-                    member: Some(member as u64),
-                });
+            Some(members) => {
+                for (member, own) in members.into_iter().enumerate() {
+                    let mut labels = labels.clone();
+                    labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
+                    points.push(PointSource {
+                        labels,
+                        dir: dir.clone(),
+                        member: Some(member as u64),
+                    });
+                }
             }
-        } else {
-            points.push(PointSource {
+            None => points.push(PointSource {
                 labels,
                 dir: dir.clone(),
                 member: None,
-            });
+            }),
         }
     }
     if points.is_empty() {

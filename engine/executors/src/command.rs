@@ -10,8 +10,8 @@
 //! `################ BENCH 3 ################`), then the `metrics` are read from it: a regex's k-th match
 //! (`match`, 1-based, negative from the end; default the last) parsed in a `base` (10, 16 without `0x`, or
 //! `auto`: `0x…` as hex, else a decimal float), or a JSON path. A node with `metrics` or `labels` writes
-//! `metrics.json` (`{"point", "labels", "metrics"}`), which an `aggregate` node with `stats: metrics` reads as
-//! one row; the loader adds it to the node's outputs.
+//! `metrics.json` (a `fracflow_record::MetricsRecord`: its point, labels and metrics), which an `aggregate` node
+//! with `stats: metrics` reads as one row; the loader adds it to the node's outputs.
 //!
 //! With `effect: true` the node is a lazy effect (a device set-up step: program, reboot, load a driver): never
 //! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). The loader makes sure
@@ -23,6 +23,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_record::MetricsRecord;
 use serde::Deserialize;
 
 use crate::process::{self, Ending, Grace, Spawn};
@@ -47,7 +48,7 @@ enum Run {
 }
 
 /// The file a node with `metrics` or `labels` writes into its outputs (the loader declares it).
-pub const METRICS_FILE: &str = "metrics.json";
+pub use fracflow_record::METRICS_FILE;
 
 /// How one metric is read from the stdout: exactly one of `regex` and `json`; `match` and `base` go with `regex`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -309,13 +310,13 @@ impl Executor for CommandKind {
                     "the command wrote {METRICS_FILE} itself, but fracflow writes that file for nodes with `metrics` or `labels`; name the command's file differently"
                 )));
             }
-            let record = serde_json::json!({
-                "point": spec.point,
-                "labels": config.labels,
-                "metrics": metrics,
-            });
-            fs::write(&path, record.to_string())
-                .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+            let record = MetricsRecord {
+                version: MetricsRecord::VERSION,
+                point: spec.point.clone(),
+                labels: config.labels.clone(),
+                metrics: metrics.clone(),
+            };
+            fracflow_record::write_record(&path, &record).map_err(|e| failed(e.to_string()))?;
         }
         Ok(Outcome { metrics })
     }

@@ -4,6 +4,8 @@
 pub mod analysis;
 pub mod command;
 pub mod fperf;
+#[cfg(test)]
+mod fperf_adapter_tests;
 pub mod fpga;
 pub mod measure;
 pub mod process;
@@ -198,5 +200,19 @@ pub(crate) fn test_spec(
             line: 1,
             column: 1,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Here rather than in the end-to-end tests: a test binary that links this crate links polars (through
+    /// aggregation), and this crate's unit tests are one already.
+    #[test]
+    fn every_kind_the_loader_accepts_has_an_executor_and_back() {
+        let mut loader: Vec<&str> = fracflow_loader::known_kinds().to_vec();
+        let mut executors: Vec<&str> = super::Registry::builtin().names().collect();
+        loader.sort_unstable();
+        executors.sort_unstable();
+        assert_eq!(loader, executors);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! Outputs: `console.log` (fperf's per-second lines, one section per client process), `seconds.jsonl`
 //! (per-second records, each with its `member`), `samples.parquet` (one row per request; threads numbered
-//! across members, as the artifact renumbers `hugepage_thread_*.txt`) and `summary.json` (the point, its
-//! labels, what was programmed and loaded, and where the numbers came from: testbed, host, client mode).
+//! across members, as the artifact renumbers `hugepage_thread_*.txt`) and `summary.json` (a
+//! `fracflow_record::MeasureSummary`: the point, its labels, what was programmed and loaded, and where the
+//! numbers came from: testbed, host, client mode).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,6 +18,10 @@ use fracflow_client::{
     SecondRecord,
 };
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_record::measure::{
+    CONSOLE_FILE, EmbeddedReport, FperfReport, MeasureSource, MeasureSummary, MemberClient,
+    MemberSummary, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE,
+};
 use serde::Deserialize;
 
 use crate::testbed::{DeviceState, Session};
@@ -312,39 +317,36 @@ impl Executor for MeasureKind {
             }));
             requests += run.requests;
             saturated |= run.saturated;
-            let mut summary = serde_json::json!({
-                "labels": config.member_labels.get(member),
-                "threads": [offset, offset + run.threads],
-                "fperf": run.command,
-                "requests": run.requests,
+            member_summaries.push(MemberSummary {
+                labels: config.member_labels.get(member).cloned(),
+                threads: [offset, offset + run.threads],
+                fperf: run.command,
+                requests: run.requests,
+                client: run.client,
             });
-            if let (Some(summary), Some(details)) =
-                (summary.as_object_mut(), run.details.as_object())
-            {
-                summary.extend(details.clone());
-            }
-            member_summaries.push(summary);
         }
-        std::fs::write(job.out_dir.join("console.log"), &console).map_err(io)?;
-        std::fs::write(job.out_dir.join("seconds.jsonl"), &seconds).map_err(io)?;
-        fracflow_client::write_samples_parquet(&job.out_dir.join("samples.parquet"), &samples)
+        std::fs::write(job.out_dir.join(CONSOLE_FILE), &console).map_err(io)?;
+        std::fs::write(job.out_dir.join(SECONDS_FILE), &seconds).map_err(io)?;
+        fracflow_client::write_samples_parquet(&job.out_dir.join(SAMPLES_FILE), &samples)
             .map_err(|e| node_error(spec, format!("samples: {e}")))?;
-        let summary = serde_json::json!({
-            "point": spec.point,
-            "labels": config.labels,
-            "source": self.source(&config, &target),
-            "device": actions,
-            "adapted": adapted,
-            "requests": requests,
-            "cpu_saturated": saturated,
-            "members": member_summaries,
-        });
-        std::fs::write(job.out_dir.join("summary.json"), summary.to_string()).map_err(io)?;
+        let summary = MeasureSummary {
+            version: MeasureSummary::VERSION,
+            point: spec.point.clone(),
+            labels: config.labels.clone(),
+            source: self.source(&config, &target),
+            device: actions,
+            adapted,
+            requests,
+            cpu_saturated: saturated,
+            members: member_summaries,
+        };
+        fracflow_record::write_record(&job.out_dir.join(SUMMARY_FILE), &summary)
+            .map_err(|e| node_error(spec, e))?;
         let mut log = std::fs::OpenOptions::new()
             .append(true)
             .open(job.log)
             .map_err(io)?;
-        for action in &actions {
+        for action in &summary.device {
             writeln!(
                 log,
                 "{} {} (blake3 {})",
@@ -352,7 +354,7 @@ impl Executor for MeasureKind {
             )
             .map_err(io)?;
         }
-        for note in &adapted {
+        for note in &summary.adapted {
             writeln!(log, "adapted to the testbed: {note}").map_err(io)?;
         }
         writeln!(log, "{requests} requests measured against {target}").map_err(io)?;
@@ -375,8 +377,8 @@ struct MemberRun {
     threads: u32,
     requests: u64,
     saturated: bool,
-    /// Client-specific fields for the member's summary.
-    details: serde_json::Value,
+    /// Which client ran it and what that client reported, for the member's summary.
+    client: MemberClient,
 }
 
 impl MemberRun {
@@ -419,15 +421,14 @@ impl MemberRun {
             threads: client.threads,
             requests: report.measured_completions,
             saturated: report.cpu_saturated,
-            details: serde_json::json!({
-                "client": "embedded",
-                "timeouts": report.timeouts,
-                "from_send": report.from_send,
-                "last_piece": report.last_piece,
-                "open_loop": report.open_loop,
-                "trace": report.trace,
-                "host_load1": report.host_load1,
-                "elapsed_s": report.elapsed_s,
+            client: MemberClient::Embedded(EmbeddedReport {
+                timeouts: report.timeouts,
+                from_send: report.from_send,
+                last_piece: report.last_piece,
+                open_loop: report.open_loop,
+                trace: report.trace,
+                host_load1: report.host_load1,
+                elapsed_s: report.elapsed_s,
             }),
             samples: report.samples,
         })
@@ -651,11 +652,14 @@ impl MeasureKind {
                 threads: inv.threads().map_err(|e| node_error(spec, e))?,
                 requests: result.samples.len() as u64,
                 saturated: false,
-                details: serde_json::json!({
-                    "client": "fperf",
-                    "tpa_id": inv.tpa_id,
-                    "status": result.status.label(),
-                    "skipped_per_thread": result.skipped,
+                client: MemberClient::Fperf(FperfReport {
+                    tpa_id: inv.tpa_id.clone(),
+                    status: result.status.label(),
+                    skipped_per_thread: result
+                        .skipped
+                        .iter()
+                        .map(|(thread, skipped)| (thread.to_string(), *skipped))
+                        .collect(),
                 }),
                 samples: result.samples,
             });
@@ -726,7 +730,7 @@ impl MeasureKind {
     }
 
     /// Where the numbers came from, for every table and figure made of them.
-    fn source(&self, config: &MeasureConfig, target: &str) -> serde_json::Value {
+    fn source(&self, config: &MeasureConfig, target: &str) -> MeasureSource {
         let (testbed, kind) = match &self.session {
             Some(s) => (s.name().to_owned(), s.profile().kind.as_str()),
             None => ("none".to_owned(), "unknown"),
@@ -746,20 +750,21 @@ impl MeasureKind {
             }
             (None, _) => "fRAC device".to_owned(),
         };
-        serde_json::json!({
-            "testbed": testbed,
-            "testbed_kind": kind,
-            "host": crate::host::name(),
-            "target": target,
-            "against": against,
-            "client": if self.real_fperf().is_some() {
-                "real fperf (libtpa/DPDK) through the adapter"
-            } else if config.open_loop.is_some() {
-                "embedded client, open loop"
-            } else {
-                "embedded client, closed loop (fperf rr)"
-            },
-        })
+        let client = if self.real_fperf().is_some() {
+            "real fperf (libtpa/DPDK) through the adapter"
+        } else if config.open_loop.is_some() {
+            "embedded client, open loop"
+        } else {
+            "embedded client, closed loop (fperf rr)"
+        };
+        MeasureSource {
+            testbed,
+            testbed_kind: kind.to_owned(),
+            host: crate::host::name(),
+            target: target.to_owned(),
+            against,
+            client: client.to_owned(),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use fracflow_core::Cache;
 use fracflow_core::run::node_dir_name;
 use fracflow_plot::report::{Report, ReportFigure, ReportNode, ReportTable, write_report};
-use fracflow_record::{ExpectationResult, Provenance, RunManifest};
+use fracflow_record::{ExpectationResult, MeasureSummary, Provenance, RunManifest, SUMMARY_FILE};
 
 use crate::analysis::EXPECTATIONS_FILE;
 
@@ -106,22 +106,16 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
                 }
             }
             "measure" => {
-                let path = run_dir.join(dir.join("summary.json"));
-                if let Ok(bytes) = std::fs::read(&path)
-                    && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
-                {
-                    for action in value["device"].as_array().into_iter().flatten() {
-                        if let (Some(file), Some(sha)) =
-                            (action["file"].as_str(), action["sha"].as_str())
-                        {
-                            device.insert(file.to_owned(), sha.to_owned());
-                        }
+                let path = run_dir.join(dir.join(SUMMARY_FILE));
+                // A summary this build cannot read leaves its node out of these lines; the aggregate node that
+                // reads it fails, naming the file and the field.
+                if let Ok(summary) = fracflow_record::read_record::<MeasureSummary>(&path) {
+                    for action in summary.device {
+                        device.insert(action.file, action.sha);
                     }
-                    let source = &value["source"];
                     let client = format!(
                         "{} against the {}",
-                        source["client"].as_str().unwrap_or("client"),
-                        source["against"].as_str().unwrap_or("device")
+                        summary.source.client, summary.source.against
                     );
                     if !clients.contains(&client) {
                         clients.push(client);

@@ -368,12 +368,7 @@ pub struct DeviceState {
 }
 
 /// One thing the session did to the device, for the node's log and its summary.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeviceAction {
-    pub action: String,
-    pub file: String,
-    pub sha: String,
-}
+pub use fracflow_record::measure::DeviceAction;
 
 /// Holds the run's device: started on first use (emulated), programmed and loaded as measurements require.
 #[derive(Debug)]

@@ -1,15 +1,25 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
-//! expectation verdicts, and the atomic write they share.
+//! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema, command
+//! metrics), and the atomic write they share.
 
 pub mod atomic;
 pub mod event;
 pub mod manifest;
+pub mod measure;
+pub mod metrics;
+pub mod read;
+pub mod samples;
 pub mod table;
 
 pub use atomic::{atomic_replace, atomic_write, fsync_dir, unique_suffix};
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
+pub use measure::{CONSOLE_FILE, MeasureSummary, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE};
+pub use metrics::{METRICS_FILE, MetricsRecord};
+pub use read::{RecordError, Versioned, read_record, write_record};
+pub use samples::{ColumnType, SampleColumn};
 pub use table::{Cell, ExpectationResult, Provenance, Table};
 
-/// Version of every format in this crate; bump it when a field changes meaning.
+/// Version of the run formats in this crate (manifest, events, tables); bump it when a field changes meaning.
+/// The records nodes hand each other carry their own ([`Versioned`]).
 pub const FORMAT_VERSION: u32 = 1;

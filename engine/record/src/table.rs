@@ -13,6 +13,21 @@ pub enum Cell {
 }
 
 impl Cell {
+    /// A label read from a record (a sweep coordinate, a `labels` entry): numbers, and text that parses as one,
+    /// become numbers (so `m: "1024"` and `m: 1024` sort and compare alike), booleans 0 or 1.
+    pub fn from_json(value: &serde_json::Value) -> Cell {
+        match value {
+            serde_json::Value::Number(n) => n.as_f64().map_or(Cell::Null, Cell::Num),
+            serde_json::Value::String(text) => match text.trim().parse::<f64>() {
+                Ok(number) => Cell::Num(number),
+                Err(_) => Cell::Text(text.clone()),
+            },
+            serde_json::Value::Bool(b) => Cell::Num(f64::from(u8::from(*b))),
+            serde_json::Value::Null => Cell::Null,
+            other => Cell::Text(other.to_string()),
+        }
+    }
+
     /// The number in the cell; text that parses as a number counts too (sweep values read back from CSV).
     pub fn as_f64(&self) -> Option<f64> {
         match self {

@@ -1,4 +1,5 @@
-//! The fperf adapter against a fake testbed: shell scripts standing in for `sudo`, `timeout`, `tpa` and fperf,
+//! The fperf adapter against a fake testbed (in the crate's unit test binary rather than a test binary of its own:
+//! every binary that links this crate links polars, through aggregation): shell scripts standing in for `sudo`, `timeout`, `tpa` and fperf,
 //! found first on the child's PATH. Each fake records its argv (one argument per line) in `$FAKE_DIR`; the
 //! fake fperf also records its `TPA_*` environment, prints fperf's documented rr console format
 //! (docs/tools.md §1.6) and writes `hugepage_thread_<i>.txt` into `-D` (§1.7).
@@ -10,8 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::fperf::{FperfInvocation, FperfStatus, run_fperf};
 use fracflow_core::Cancel;
-use fracflow_executors::fperf::{FperfInvocation, FperfStatus, run_fperf};
 
 const SUDO: &str = r#"#!/bin/sh
 printf '%s\n' "$@" > "$FAKE_DIR/sudo.argv"
