@@ -3,6 +3,7 @@
 
 pub mod analysis;
 pub mod command;
+pub mod config;
 pub mod fperf;
 pub mod fpga;
 pub mod measure;
@@ -15,19 +16,7 @@ pub mod testbed;
 
 use std::collections::BTreeMap;
 
-use fracflow_core::{Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
-
-/// The node's config as `T`, without the node-local `params` the loader adds beside the kind's keys.
-pub fn kind_config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
-    let object: serde_json::Map<String, serde_json::Value> = spec
-        .config
-        .iter()
-        .filter(|(k, _)| k.as_str() != "params")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    serde_json::from_value(serde_json::Value::Object(object))
-        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
-}
+use fracflow_core::{ConfigProblem, Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
 
 /// Every kind this build knows, by name.
 pub struct Registry {
@@ -97,13 +86,30 @@ impl Kinds for Registry {
     fn executor(&self, kind: &str) -> Option<&dyn Executor> {
         self.kinds.get(kind).map(|b| b.as_ref())
     }
+    fn names(&self) -> Vec<&str> {
+        self.kinds.keys().copied().collect()
+    }
 }
 
 /// A node that only gathers its dependencies (a target's anchor); its result is their outputs' hashes.
 #[derive(Debug)]
 struct GroupKind;
 
+/// `group`: does nothing itself; it gathers its `deps` (e.g. to name them in a target).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GroupConfig {}
+
 impl Executor for GroupKind {
+    fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
+        config::parse::<GroupConfig>(spec)
+            .err()
+            .into_iter()
+            .collect()
+    }
+    fn config_schema(&self) -> serde_json::Value {
+        fpga::schema_of::<GroupConfig>()
+    }
     fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         Ok(KindInfo {
             version: 1,

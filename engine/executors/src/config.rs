@@ -1,0 +1,551 @@
+//! Reading a node's configuration into its kind's typed struct, once, with the path of every value serde
+//! rejects, so the loader can point at the YAML of that value; and the value types several kinds share.
+//!
+//! The same parse serves the load-time `check` and `execute`: a kind has one struct, and what `check`
+//! accepted is what `execute` gets.
+
+use std::fmt;
+
+use fracflow_core::suggest::{did_you_mean, list_choices};
+use fracflow_core::{ConfigProblem, NodeError, NodeSpec, PathSegment};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, DeserializeOwned, Deserializer, IntoDeserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Separates a message from its hint inside a serde error's text (serde errors carry one string).
+const HINT_MARK: char = '\u{1f}';
+
+/// A serde error that says what is wrong and, when it knows, what to write instead.
+pub fn custom_with_hint<E: de::Error>(message: impl fmt::Display, hint: Option<String>) -> E {
+    match hint {
+        Some(hint) => E::custom(format_args!("{message}{HINT_MARK}{hint}")),
+        None => E::custom(message),
+    }
+}
+
+/// The node's configuration as `T`, or every problem found on the way (serde stops at the first one per
+/// parse, so that is at most one; the kinds' own checks add the rest).
+pub fn parse<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, ConfigProblem> {
+    let object = Value::Object(
+        spec.config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    );
+    parse_value(&object)
+}
+
+/// `value` as `T`, with the path of the value serde rejected.
+pub fn parse_value<T: DeserializeOwned>(value: &Value) -> Result<T, ConfigProblem> {
+    let mut path = Vec::new();
+    let result = T::deserialize(Tracked {
+        value,
+        path: &mut path,
+    });
+    result.map_err(|error| {
+        let (message, hint) = match error.message.split_once(HINT_MARK) {
+            Some((message, hint)) => (message.to_owned(), Some(hint.to_owned())),
+            None => (error.message, None),
+        };
+        ConfigProblem {
+            path,
+            message,
+            hint,
+            at_key: error.at_key,
+        }
+    })
+}
+
+/// A node's configuration problems as the error of a node that runs anyway (a registry used without the
+/// loader's check, e.g. in unit tests).
+pub fn node_error(spec: &NodeSpec, problem: &ConfigProblem) -> NodeError {
+    let place = if problem.path.is_empty() {
+        String::new()
+    } else {
+        format!(" `{}`", problem.dotted_path())
+    };
+    NodeError::permanent(format!(
+        "node `{}` (at {}){place}: {}",
+        spec.id, spec.origin, problem.message
+    ))
+}
+
+/// The typed configuration of `spec`, for `execute`, `info` and `describe`.
+pub fn typed<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
+    parse(spec).map_err(|problem| node_error(spec, &problem))
+}
+
+/// Why serde rejected a value.
+#[derive(Debug)]
+pub struct PathError {
+    message: String,
+    at_key: bool,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PathError {}
+
+impl de::Error for PathError {
+    fn custom<T: fmt::Display>(msg: T) -> PathError {
+        PathError {
+            message: msg.to_string(),
+            at_key: false,
+        }
+    }
+
+    fn unknown_field(field: &str, expected: &'static [&'static str]) -> PathError {
+        let hint = did_you_mean(field, expected.iter().copied()).or_else(|| {
+            Some(format!(
+                "the keys here are {}",
+                list_choices(expected.iter().copied())
+            ))
+        });
+        PathError {
+            message: match hint {
+                Some(hint) => format!("unknown key `{field}`{HINT_MARK}{hint}"),
+                None => format!("unknown key `{field}`"),
+            },
+            at_key: true,
+        }
+    }
+
+    fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> PathError {
+        let hint = did_you_mean(variant, expected.iter().copied());
+        let message = format!(
+            "expected {}, found `{variant}`",
+            list_choices(expected.iter().copied())
+        );
+        de::Error::custom(match hint {
+            Some(hint) => format!("{message}{HINT_MARK}{hint}"),
+            None => message,
+        })
+    }
+
+    fn missing_field(field: &'static str) -> PathError {
+        de::Error::custom(format_args!("missing key `{field}`"))
+    }
+
+    fn invalid_type(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> PathError {
+        de::Error::custom(format_args!("expected {expected}, found {unexpected}"))
+    }
+}
+
+/// A deserializer over a JSON value that records where it is, so that the path of a rejected value
+/// survives the error (the path stays at the deepest point reached when serde gives up).
+struct Tracked<'a, 'p> {
+    value: &'a Value,
+    path: &'p mut Vec<PathSegment>,
+}
+
+impl<'de, 'a, 'p> Deserializer<'de> for Tracked<'a, 'p> {
+    type Error = PathError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PathError> {
+        match self.value {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    visitor.visit_u64(u)
+                } else if let Some(i) = n.as_i64() {
+                    visitor.visit_i64(i)
+                } else {
+                    visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN))
+                }
+            }
+            Value::String(s) => visitor.visit_str(s),
+            Value::Array(items) => visitor.visit_seq(Items {
+                items: items.iter(),
+                index: 0,
+                path: self.path,
+            }),
+            Value::Object(map) => visitor.visit_map(Entries {
+                entries: map.iter(),
+                pending: None,
+                path: self.path,
+            }),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PathError> {
+        match self.value {
+            Value::Null => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, PathError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PathError> {
+        match self.value {
+            Value::String(word) => visitor.visit_enum(word.as_str().into_deserializer()),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}
+
+struct Items<'a, 'p> {
+    items: std::slice::Iter<'a, Value>,
+    index: usize,
+    path: &'p mut Vec<PathSegment>,
+}
+
+impl<'de> de::SeqAccess<'de> for Items<'_, '_> {
+    type Error = PathError;
+
+    fn next_element_seed<T: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, PathError> {
+        let Some(value) = self.items.next() else {
+            return Ok(None);
+        };
+        self.path.push(PathSegment::Index(self.index));
+        let element = seed.deserialize(Tracked {
+            value,
+            path: self.path,
+        })?;
+        self.path.pop();
+        self.index += 1;
+        Ok(Some(element))
+    }
+}
+
+struct Entries<'a, 'p> {
+    entries: serde_json::map::Iter<'a>,
+    pending: Option<&'a Value>,
+    path: &'p mut Vec<PathSegment>,
+}
+
+impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
+    type Error = PathError;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, PathError> {
+        let Some((key, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        // Pushed before the key is read: an unknown key's error then carries its own path.
+        self.path.push(PathSegment::Key(key.clone()));
+        self.pending = Some(value);
+        seed.deserialize(key.as_str().into_deserializer()).map(Some)
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, PathError> {
+        let value = self.pending.take().unwrap_or(&Value::Null);
+        let result = seed.deserialize(Tracked {
+            value,
+            path: self.path,
+        })?;
+        self.path.pop();
+        Ok(result)
+    }
+}
+
+/// A whole number as a kind reads it: an integer, or text that a template left (`"2"`, `"0x1000"`,
+/// `"268451840 + 64"`: the loader renders templates to text, and a number computed from params stays text).
+pub fn integer_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(text) => integer_text(text),
+        _ => None,
+    }
+}
+
+/// `text` as an integer: decimal, `0x` hexadecimal (with `_` separators), or a sum or difference of those.
+pub fn integer_text(text: &str) -> Option<i64> {
+    let mut total: i64 = 0;
+    let mut sign: i64 = 1;
+    let mut expect_term = true;
+    for token in text.split_whitespace() {
+        if expect_term {
+            let (negative, digits) = match token.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, token),
+            };
+            let value = match digits
+                .strip_prefix("0x")
+                .or_else(|| digits.strip_prefix("0X"))
+            {
+                Some(hex) => i64::from_str_radix(&hex.replace('_', ""), 16).ok()?,
+                None => digits.replace('_', "").parse::<i64>().ok()?,
+            };
+            let value = if negative { -value } else { value };
+            total = total.checked_add(sign.checked_mul(value)?)?;
+            expect_term = false;
+        } else {
+            sign = match token {
+                "+" => 1,
+                "-" => -1,
+                _ => return None,
+            };
+            expect_term = true;
+        }
+    }
+    (!expect_term).then_some(total)
+}
+
+/// The JSON schema of a value that may also be written as a template string (`"{slot}"`).
+pub fn or_template(schema: Value) -> Schema {
+    json_schema!({
+        "anyOf": [
+            schema,
+            { "type": "string", "pattern": "[{}]", "description": "A template." }
+        ]
+    })
+}
+
+/// Defines a whole-number type with a range check: `Name(inner)`, what it must be (for messages), the test,
+/// a hint, and its schema.
+macro_rules! whole_number {
+    ($(#[$meta:meta])* $name:ident($inner:ty), $expecting:literal, |$v:ident| $valid:expr, $hint:expr, $schema:tt) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<$name, D::Error> {
+                let value = Value::deserialize(deserializer)?;
+                let hint: Option<String> = $hint;
+                match integer_of(&value) {
+                    Some($v) if $valid => <$inner>::try_from($v)
+                        .map($name)
+                        .map_err(|_| custom_with_hint(format_args!("expected {}, found `{}`", $expecting, $v), hint)),
+                    _ => Err(custom_with_hint(
+                        format_args!("expected {}, found `{}`", $expecting, shown(&value)),
+                        hint,
+                    )),
+                }
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                or_template(serde_json::json!($schema))
+            }
+        }
+    };
+}
+
+/// A value as the user wrote it, for messages: text without JSON quotes.
+pub fn shown(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+whole_number! {
+    /// A count of clients, instances or cores: 1 or more.
+    Count(u32), "a whole number ≥ 1", |v| v >= 1, None, { "type": "integer", "minimum": 1 }
+}
+
+whole_number! {
+    /// A whole number of seconds or items, 0 or more.
+    Whole(u32), "a whole number ≥ 0", |v| v >= 0, None, { "type": "integer", "minimum": 0 }
+}
+
+whole_number! {
+    /// A slot of the device (`fracflow_proto::limits::SLOTS` of them).
+    Slot(u8), "a slot number 0–3", |v| (0..i64::from(fracflow_proto::limits::SLOT_COUNT)).contains(&v),
+    Some("the device has four slots (cells C00–C03)".to_owned()),
+    { "type": "integer", "minimum": 0, "maximum": 3 }
+}
+
+/// A non-negative number (seconds, a fraction) that a template may have left as text.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Number(pub f64);
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Number, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let number = match &value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(text) => text.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        match number {
+            Some(n) if n.is_finite() && n >= 0.0 => Ok(Number(n)),
+            _ => Err(de::Error::custom(format_args!(
+                "expected a number ≥ 0, found `{}`",
+                shown(&value)
+            ))),
+        }
+    }
+}
+
+impl JsonSchema for Number {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Number".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        or_template(serde_json::json!({ "type": "number", "minimum": 0 }))
+    }
+}
+
+/// An accelerator's name: 1–32 of `a-z 0-9 _` (the emulator's rule for unit names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct UnitName(pub String);
+
+/// The longest unit name the build chain accepts.
+const MAX_UNIT_NAME: usize = 32;
+
+impl<'de> Deserialize<'de> for UnitName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<UnitName, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let valid = !text.is_empty()
+            && text.len() <= MAX_UNIT_NAME
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if valid {
+            return Ok(UnitName(text));
+        }
+        let hint = (text.len() <= MAX_UNIT_NAME && text != text.to_ascii_lowercase())
+            .then(|| format!("unit names are lower case: `{}`", text.to_ascii_lowercase()));
+        Err(custom_with_hint(
+            format_args!("expected a unit name (1–32 of `a-z 0-9 _`), found `{text}`"),
+            hint,
+        ))
+    }
+}
+
+impl JsonSchema for UnitName {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "UnitName".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "description": "1–32 of `a-z 0-9 _` (may be a template)." })
+    }
+}
+
+/// Defines a word-valued enum (a tool's flow): its words, serde with did-you-mean, and schema.
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $word:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $word)] $variant),+
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                $crate::config::or_template(serde_json::json!({ "enum": [$($word),+] }))
+            }
+        }
+    };
+}
+
+pub(crate) use words;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Claim {
+        metric: String,
+        #[serde(default)]
+        slot: Option<Slot>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Claims {
+        claims: Vec<Claim>,
+    }
+
+    #[test]
+    fn a_rejected_value_keeps_its_path() {
+        let value =
+            json!({"claims": [{"metric": "a"}, {"metric": "b"}, {"metric": "c", "slot": 9}]});
+        let problem = parse_value::<Claims>(&value).unwrap_err();
+        assert_eq!(problem.dotted_path(), "claims.2.slot");
+        assert_eq!(problem.message, "expected a slot number 0–3, found `9`");
+        assert_eq!(
+            problem.hint.as_deref(),
+            Some("the device has four slots (cells C00–C03)")
+        );
+        assert!(!problem.at_key);
+    }
+
+    #[test]
+    fn an_unknown_key_is_reported_at_the_key_with_a_suggestion() {
+        let value = json!({"claims": [{"metric": "a", "metirc": "b"}]});
+        let problem = parse_value::<Claims>(&value).unwrap_err();
+        assert_eq!(problem.dotted_path(), "claims.0.metirc");
+        assert_eq!(problem.message, "unknown key `metirc`");
+        assert_eq!(problem.hint.as_deref(), Some("did you mean `metric`?"));
+        assert!(problem.at_key);
+    }
+
+    #[test]
+    fn a_missing_key_is_reported_at_its_mapping() {
+        let problem = parse_value::<Claims>(&json!({"claims": [{}]})).unwrap_err();
+        assert_eq!(problem.dotted_path(), "claims.0");
+        assert_eq!(problem.message, "missing key `metric`");
+    }
+
+    #[test]
+    fn integers_written_as_text_by_templates_are_read() {
+        assert_eq!(integer_text("2"), Some(2));
+        assert_eq!(integer_text("0x1000_4000"), Some(0x1000_4000));
+        assert_eq!(integer_text("268451840 + 64"), Some(268_451_904));
+        assert_eq!(integer_text("10 - -2"), Some(12));
+        assert_eq!(integer_text("2 +"), None);
+        assert_eq!(integer_text("soon"), None);
+        assert_eq!(integer_text(""), None);
+    }
+}
