@@ -108,10 +108,15 @@ fn crates_import_only_what_the_architecture_allows() {
 }
 
 #[test]
-fn every_kind_the_loader_accepts_has_an_executor_and_back() {
-    let mut loader: Vec<&str> = fracflow_loader::known_kinds().to_vec();
-    let mut executors: Vec<&str> = fracflow_executors::Registry::builtin().names().collect();
-    loader.sort_unstable();
-    executors.sort_unstable();
-    assert_eq!(loader, executors);
+fn the_pipeline_schema_offers_exactly_the_kinds_the_registry_has() {
+    let registry = fracflow_executors::Registry::builtin();
+    let schema = fracflow_loader::json_schema(&registry);
+    let offered: Vec<&str> = schema
+        .pointer("/$defs/Node/properties/kind/enum")
+        .and_then(|v| v.as_array())
+        .map(|names| names.iter().filter_map(|n| n.as_str()).collect())
+        .unwrap_or_default();
+    let registered: Vec<&str> = registry.names().collect();
+    assert_eq!(offered, registered);
+    assert_eq!(registered.len(), 12, "{registered:?}");
 }

@@ -394,7 +394,7 @@ impl Project {
             caps,
             overrides,
         };
-        let loaded = fracflow_loader::load(&selection.file, &options)
+        let loaded = fracflow_loader::load(&selection.file, &options, &self.kinds)
             .map_err(|diagnostics| Failure::new(exit::BAD_INPUT, diagnostics.to_string()))?;
         let targets = target_nodes(&loaded, selection.target.as_deref())?;
         Ok((loaded, targets))

@@ -29,6 +29,14 @@ fn leaf_schema(description: &str, required: &[&str], keys: &[&str]) -> serde_jso
     })
 }
 
+/// A node's first configuration problem as the error of a node asked to run anyway.
+fn first_problem(spec: &NodeSpec, problems: &[ConfigProblem]) -> NodeError {
+    match problems.first() {
+        Some(problem) => config::node_error(spec, problem),
+        None => failed(spec, "invalid configuration"),
+    }
+}
+
 /// The aggregate keys that take a number, which a template leaves as text (`from_s: "{from_s}"`).
 const AGGREGATE_NUMBERS: &[&str] = &[
     "from_s",
@@ -40,7 +48,7 @@ const AGGREGATE_NUMBERS: &[&str] = &[
 
 /// The node's aggregate spec: fracflow-aggregate's struct, read from the config with template-made numbers
 /// turned back into numbers.
-fn aggregate_spec(spec: &NodeSpec) -> Result<AggregateSpec, ConfigProblem> {
+fn aggregate_spec(spec: &NodeSpec) -> Result<AggregateSpec, Vec<ConfigProblem>> {
     let mut object = serde_json::Map::new();
     for (key, value) in &spec.config {
         let number = match value {
@@ -107,7 +115,7 @@ pub struct AggregateKind;
 
 impl Executor for AggregateKind {
     fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
-        aggregate_spec(spec).err().into_iter().collect()
+        aggregate_spec(spec).err().unwrap_or_default()
     }
 
     fn config_schema(&self) -> serde_json::Value {
@@ -134,7 +142,7 @@ impl Executor for AggregateKind {
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        aggregate_spec(spec).map_err(|p| config::node_error(spec, &p))?;
+        aggregate_spec(spec).map_err(|p| first_problem(spec, &p))?;
         // 2: `stats: metrics` and `compare.op`.
         Ok(info(2))
     }
@@ -152,7 +160,7 @@ impl Executor for AggregateKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let spec: AggregateSpec =
-            aggregate_spec(job.spec).map_err(|p| config::node_error(job.spec, &p))?;
+            aggregate_spec(job.spec).map_err(|p| first_problem(job.spec, &p))?;
         let points = if spec.stats == StatsKind::Metrics {
             metric_rows(job)?
         } else {
@@ -327,7 +335,7 @@ pub struct PlotKind {
 
 impl Executor for PlotKind {
     fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
-        config::parse::<PlotSpec>(spec).err().into_iter().collect()
+        config::check_with::<PlotSpec>(spec, |_| Vec::new())
     }
 
     fn config_schema(&self) -> serde_json::Value {
@@ -425,10 +433,7 @@ pub const EXPECTATIONS_FILE: &str = "expectations.json";
 
 impl Executor for CheckKind {
     fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
-        config::parse::<CheckConfig>(spec)
-            .err()
-            .into_iter()
-            .collect()
+        config::check_with::<CheckConfig>(spec, |_| Vec::new())
     }
 
     fn config_schema(&self) -> serde_json::Value {

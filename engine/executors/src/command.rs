@@ -45,13 +45,34 @@ const EX_TEMPFAIL: i32 = 75;
 pub struct CommandKind;
 
 /// A command: one shell string (run by `sh -c`), or argv words.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, JsonSchema)]
 #[serde(untagged)]
 pub enum Run {
     /// Run by `sh -c`.
     Shell(String),
     /// argv words: the program, then its arguments.
-    Argv(Vec<String>),
+    Argv(Vec<config::Word>),
+}
+
+impl<'de> Deserialize<'de> for Run {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Run, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => Ok(Run::Shell(text)),
+            words @ serde_json::Value::Array(_) => Vec::<config::Word>::deserialize(words)
+                .map(Run::Argv)
+                .map_err(serde::de::Error::custom),
+            other => Err(config::custom_with_hint(
+                format_args!(
+                    "expected a command string or a list of argv words, found {}",
+                    config::kind_of(&other)
+                ),
+                other.is_object().then(|| {
+                    "in YAML, a value that starts with `{` is a mapping; quote it, e.g. \"{m}\""
+                        .to_owned()
+                }),
+            )),
+        }
+    }
 }
 
 /// The file a node with `metrics` or `labels` writes into its outputs (the loader declares it).
@@ -129,7 +150,7 @@ pub struct CommandConfig {
     pub run: Run,
     /// Extra environment variables (values are templates).
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, config::Word>,
     /// Working directory, relative to the project root (default: the root).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
@@ -302,10 +323,7 @@ pub fn dep_variable(id: &str) -> String {
 
 impl Executor for CommandKind {
     fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
-        match config::parse::<CommandConfig>(spec) {
-            Ok(config) => config.check(spec),
-            Err(problem) => vec![problem],
-        }
+        config::check_with::<CommandConfig>(spec, |config| config.check(spec))
     }
 
     fn config_schema(&self) -> serde_json::Value {
@@ -347,7 +365,11 @@ impl Executor for CommandKind {
             Ok(CommandConfig {
                 run: Run::Argv(argv),
                 ..
-            }) => argv.join(" "),
+            }) => argv
+                .iter()
+                .map(|w| w.0.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
             Err(error) => format!("<{error}>"),
         }
     }
@@ -361,7 +383,10 @@ impl Executor for CommandKind {
                 vec!["-c".to_owned(), text.clone()],
             ),
             Run::Argv(argv) => match argv.split_first() {
-                Some((program, rest)) => (PathBuf::from(program), rest.to_vec()),
+                Some((program, rest)) => (
+                    PathBuf::from(&program.0),
+                    rest.iter().map(|w| w.0.clone()).collect(),
+                ),
                 None => {
                     return Err(NodeError::permanent(format!(
                         "node `{}`: `run` is an empty list",
@@ -394,7 +419,7 @@ impl Executor for CommandKind {
                     .map(|(id, dir)| (dep_variable(id), dir.display().to_string())),
             );
         }
-        env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.0.clone())));
         let spawn = Spawn {
             program,
             args,

@@ -24,9 +24,8 @@ pub fn custom_with_hint<E: de::Error>(message: impl fmt::Display, hint: Option<S
     }
 }
 
-/// The node's configuration as `T`, or every problem found on the way (serde stops at the first one per
-/// parse, so that is at most one; the kinds' own checks add the rest).
-pub fn parse<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, ConfigProblem> {
+/// The node's configuration as `T`, or every problem serde finds in it.
+pub fn parse<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, Vec<ConfigProblem>> {
     let object = Value::Object(
         spec.config
             .iter()
@@ -36,8 +35,102 @@ pub fn parse<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, ConfigProblem> {
     parse_value(&object)
 }
 
-/// `value` as `T`, with the path of the value serde rejected.
-pub fn parse_value<T: DeserializeOwned>(value: &Value) -> Result<T, ConfigProblem> {
+/// `value` as `T`, or every problem serde finds in it, each with the path of the value it rejected.
+///
+/// serde stops at the first problem, so after each one the rejected value is taken out and the parse runs
+/// again: one pass finds all the wrong values of a node. That a value taken out is then missing says nothing
+/// new: the mapping that misses it is taken out in turn. List items taken out keep their positions in the
+/// paths reported.
+pub fn parse_value<T: DeserializeOwned>(value: &Value) -> Result<T, Vec<ConfigProblem>> {
+    let mut value = value.clone();
+    let mut problems: Vec<ConfigProblem> = Vec::new();
+    let mut shifts = Shifts::default();
+    // (mapping, key) pairs taken out, as written.
+    let mut removed: Vec<(Vec<PathSegment>, String)> = Vec::new();
+    loop {
+        let mut problem = match parse_once::<T>(&value) {
+            Ok(parsed) if problems.is_empty() => return Ok(parsed),
+            Ok(_) => return Err(problems),
+            Err(problem) => problem,
+        };
+        let current = std::mem::take(&mut problem.path);
+        problem.path = shifts.as_written(&current);
+        let echo = removed.iter().any(|(parent, key)| {
+            *parent == problem.path && problem.message == format!("missing key `{key}`")
+        });
+        if !echo {
+            if let (Some(PathSegment::Key(key)), Some((_, parent))) =
+                (problem.path.last(), problem.path.split_last())
+            {
+                removed.push((parent.to_vec(), key.clone()));
+            }
+            problems.push(problem);
+        }
+        if current.is_empty() || !shifts.take_out(&mut value, &current) {
+            return Err(problems);
+        }
+    }
+}
+
+/// Which items of each list are still there, by their positions as written (lists keyed by their paths as
+/// written).
+#[derive(Default)]
+struct Shifts(std::collections::HashMap<Vec<PathSegment>, Vec<usize>>);
+
+impl Shifts {
+    /// A path into the value as it is now, as a path into the value as written.
+    fn as_written(&self, path: &[PathSegment]) -> Vec<PathSegment> {
+        let mut written = Vec::with_capacity(path.len());
+        for segment in path {
+            let segment = match segment {
+                PathSegment::Index(index) => PathSegment::Index(
+                    self.0
+                        .get(&written)
+                        .and_then(|kept| kept.get(*index).copied())
+                        .unwrap_or(*index),
+                ),
+                key => key.clone(),
+            };
+            written.push(segment);
+        }
+        written
+    }
+
+    /// Removes the value at `path` (a path into the value as it is now) from its mapping or list.
+    fn take_out(&mut self, value: &mut Value, path: &[PathSegment]) -> bool {
+        let Some((last, parent)) = path.split_last() else {
+            return false;
+        };
+        let mut node = &mut *value;
+        for segment in parent {
+            let next = match segment {
+                PathSegment::Key(key) => node.get_mut(key.as_str()),
+                PathSegment::Index(index) => node.get_mut(*index),
+            };
+            match next {
+                Some(next) => node = next,
+                None => return false,
+            }
+        }
+        match (last, node) {
+            (PathSegment::Key(key), Value::Object(map)) => map.remove(key).is_some(),
+            (PathSegment::Index(index), Value::Array(items)) if *index < items.len() => {
+                let written = self.as_written(parent);
+                let kept = self
+                    .0
+                    .entry(written)
+                    .or_insert_with(|| (0..items.len()).collect());
+                kept.remove(*index);
+                items.remove(*index);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `value` as `T`, or the first problem, with the path of the value serde rejected.
+fn parse_once<T: DeserializeOwned>(value: &Value) -> Result<T, ConfigProblem> {
     let mut path = Vec::new();
     let result = T::deserialize(Tracked {
         value,
@@ -73,7 +166,21 @@ pub fn node_error(spec: &NodeSpec, problem: &ConfigProblem) -> NodeError {
 
 /// The typed configuration of `spec`, for `execute`, `info` and `describe`.
 pub fn typed<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
-    parse(spec).map_err(|problem| node_error(spec, &problem))
+    parse(spec).map_err(|problems| match problems.first() {
+        Some(problem) => node_error(spec, problem),
+        None => NodeError::permanent(format!("node `{}`: invalid configuration", spec.id)),
+    })
+}
+
+/// Every problem of `spec`'s configuration: serde's, or, once it parses, the kind's own `checks`.
+pub fn check_with<T: DeserializeOwned>(
+    spec: &NodeSpec,
+    checks: impl FnOnce(&T) -> Vec<ConfigProblem>,
+) -> Vec<ConfigProblem> {
+    match parse::<T>(spec) {
+        Ok(config) => checks(&config),
+        Err(problems) => problems,
+    }
 }
 
 /// Why serde rejected a value.
@@ -132,7 +239,30 @@ impl de::Error for PathError {
     }
 
     fn invalid_type(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> PathError {
-        de::Error::custom(format_args!("expected {expected}, found {unexpected}"))
+        let expected = expected.to_string();
+        // serde names Rust's types; a pipeline author writes YAML.
+        let expected = if expected.starts_with("struct ") || expected.starts_with("map") {
+            "a mapping".to_owned()
+        } else if expected.starts_with("a sequence") {
+            "a list".to_owned()
+        } else {
+            expected
+        };
+        let found = match unexpected {
+            de::Unexpected::Seq => "a list".to_owned(),
+            de::Unexpected::Map => "a mapping".to_owned(),
+            de::Unexpected::Str(text) => format!("the string `{text}`"),
+            de::Unexpected::Unsigned(n) => format!("the number `{n}`"),
+            de::Unexpected::Signed(n) => format!("the number `{n}`"),
+            de::Unexpected::Float(n) => format!("the number `{n}`"),
+            de::Unexpected::Bool(b) => format!("`{b}`"),
+            de::Unexpected::Unit => "null".to_owned(),
+            other => other.to_string(),
+        };
+        let hint = (found == "a mapping" && expected.contains("string")).then(|| {
+            "in YAML, a value that starts with `{` is a mapping; quote it, e.g. \"{m}\"".to_owned()
+        });
+        custom_with_hint(format_args!("expected {expected}, found {found}"), hint)
     }
 }
 
@@ -196,6 +326,15 @@ impl<'de, 'a, 'p> Deserializer<'de> for Tracked<'a, 'p> {
     ) -> Result<V::Value, PathError> {
         match self.value {
             Value::String(word) => visitor.visit_enum(word.as_str().into_deserializer()),
+            // `{scale_by: {…}}`: the variant and its content.
+            Value::Object(map) if map.len() == 1 => match map.iter().next() {
+                Some((variant, value)) => visitor.visit_enum(Variant {
+                    variant,
+                    value,
+                    path: self.path,
+                }),
+                None => self.deserialize_any(visitor),
+            },
             _ => self.deserialize_any(visitor),
         }
     }
@@ -203,6 +342,82 @@ impl<'de, 'a, 'p> Deserializer<'de> for Tracked<'a, 'p> {
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
         bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}
+
+/// An enum written as a one-key mapping: the key names the variant.
+struct Variant<'a, 'p> {
+    variant: &'a String,
+    value: &'a Value,
+    path: &'p mut Vec<PathSegment>,
+}
+
+impl<'de, 'a, 'p> de::EnumAccess<'de> for Variant<'a, 'p> {
+    type Error = PathError;
+    type Variant = Self;
+
+    fn variant_seed<V: de::DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self), PathError> {
+        self.path.push(PathSegment::Key(self.variant.clone()));
+        let variant = seed.deserialize(Key(self.variant))?;
+        Ok((variant, self))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for Variant<'_, '_> {
+    type Error = PathError;
+
+    fn unit_variant(self) -> Result<(), PathError> {
+        match self.value {
+            Value::Null => Ok(()),
+            other => Err(de::Error::custom(format_args!(
+                "`{}` takes no value, found {}",
+                self.variant,
+                kind_of(other)
+            ))),
+        }
+    }
+
+    fn newtype_variant_seed<T: de::DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, PathError> {
+        let value = seed.deserialize(Tracked {
+            value: self.value,
+            path: &mut *self.path,
+        })?;
+        self.path.pop();
+        Ok(value)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, PathError> {
+        let value = Tracked {
+            value: self.value,
+            path: &mut *self.path,
+        }
+        .deserialize_any(visitor)?;
+        self.path.pop();
+        Ok(value)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PathError> {
+        let value = Tracked {
+            value: self.value,
+            path: &mut *self.path,
+        }
+        .deserialize_any(visitor)?;
+        self.path.pop();
+        Ok(value)
     }
 }
 
@@ -252,7 +467,7 @@ impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
         // Pushed before the key is read: an unknown key's error then carries its own path.
         self.path.push(PathSegment::Key(key.clone()));
         self.pending = Some(value);
-        seed.deserialize(key.as_str().into_deserializer()).map(Some)
+        seed.deserialize(Key(key)).map(Some)
     }
 
     fn next_value_seed<V: de::DeserializeSeed<'de>>(
@@ -266,6 +481,57 @@ impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
         })?;
         self.path.pop();
         Ok(result)
+    }
+}
+
+/// A mapping's key: text, or a number where the key type is one (`functions: {0: Top-K}`; JSON keys are
+/// always text).
+struct Key<'a>(&'a str);
+
+macro_rules! parsed_key {
+    ($($method:ident => $visit:ident: $ty:ty),+ $(,)?) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PathError> {
+            match self.0.trim().parse::<$ty>() {
+                Ok(number) => visitor.$visit(number),
+                Err(_) => Err(de::Error::custom(format_args!(
+                    "expected a number as the key, found `{}`",
+                    self.0
+                ))),
+            }
+        })+
+    };
+}
+
+impl<'de> Deserializer<'de> for Key<'_> {
+    type Error = PathError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, PathError> {
+        visitor.visit_str(self.0)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, PathError> {
+        visitor.visit_enum(self.0.into_deserializer())
+    }
+
+    parsed_key! {
+        deserialize_u8 => visit_u8: u8,
+        deserialize_u16 => visit_u16: u16,
+        deserialize_u32 => visit_u32: u32,
+        deserialize_u64 => visit_u64: u64,
+        deserialize_i8 => visit_i8: i8,
+        deserialize_i16 => visit_i16: i16,
+        deserialize_i32 => visit_i32: i32,
+        deserialize_i64 => visit_i64: i64,
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i128 u128 f32 f64 char str string bytes byte_buf option unit unit_struct newtype_struct seq
+        tuple tuple_struct map struct identifier ignored_any
     }
 }
 
@@ -359,6 +625,48 @@ macro_rules! whole_number {
             }
         }
     };
+}
+
+/// A string, or a number or boolean taken as its text (env values, argv words: `N: 5` means `N=5`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Word(pub String);
+
+impl<'de> Deserialize<'de> for Word {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Word, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(Word(text)),
+            value @ (Value::Number(_) | Value::Bool(_)) => Ok(Word(value.to_string())),
+            other => Err(de::Error::custom(format_args!(
+                "expected a string, number or boolean, found {}",
+                kind_of(&other)
+            ))),
+        }
+    }
+}
+
+impl JsonSchema for Word {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Word".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number", "boolean"] })
+    }
+}
+
+/// What a value is, for messages: "a list", "a mapping", …
+pub fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
 }
 
 /// A value as the user wrote it, for messages: text without JSON quotes.
@@ -511,7 +819,10 @@ mod tests {
     fn a_rejected_value_keeps_its_path() {
         let value =
             json!({"claims": [{"metric": "a"}, {"metric": "b"}, {"metric": "c", "slot": 9}]});
-        let problem = parse_value::<Claims>(&value).unwrap_err();
+        let problems = parse_value::<Claims>(&value).expect_err("rejected");
+        let [problem] = problems.as_slice() else {
+            panic!("one problem: {problems:?}")
+        };
         assert_eq!(problem.dotted_path(), "claims.2.slot");
         assert_eq!(problem.message, "expected a slot number 0–3, found `9`");
         assert_eq!(
@@ -524,7 +835,8 @@ mod tests {
     #[test]
     fn an_unknown_key_is_reported_at_the_key_with_a_suggestion() {
         let value = json!({"claims": [{"metric": "a", "metirc": "b"}]});
-        let problem = parse_value::<Claims>(&value).unwrap_err();
+        let problems = parse_value::<Claims>(&value).expect_err("rejected");
+        let problem = &problems[0];
         assert_eq!(problem.dotted_path(), "claims.0.metirc");
         assert_eq!(problem.message, "unknown key `metirc`");
         assert_eq!(problem.hint.as_deref(), Some("did you mean `metric`?"));
@@ -533,9 +845,38 @@ mod tests {
 
     #[test]
     fn a_missing_key_is_reported_at_its_mapping() {
-        let problem = parse_value::<Claims>(&json!({"claims": [{}]})).unwrap_err();
-        assert_eq!(problem.dotted_path(), "claims.0");
-        assert_eq!(problem.message, "missing key `metric`");
+        let problems = parse_value::<Claims>(&json!({"claims": [{}]})).expect_err("rejected");
+        assert_eq!(problems[0].dotted_path(), "claims.0");
+        assert_eq!(problems[0].message, "missing key `metric`");
+    }
+
+    #[test]
+    fn every_rejected_value_is_reported_and_a_key_taken_out_is_not_reported_missing() {
+        let value = json!({"claims": [
+            {"metric": 5, "slot": 1},
+            {"metric": "b", "slot": "soon", "extra": 1},
+            {"metric": "c"}
+        ]});
+        let problems = parse_value::<Claims>(&value).expect_err("rejected");
+        let found: Vec<(String, &str)> = problems
+            .iter()
+            .map(|p| (p.dotted_path(), p.message.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "claims.0.metric".to_owned(),
+                    "expected a string, found the number `5`"
+                ),
+                // A mapping's keys come in sorted order (the node's config is sorted).
+                ("claims.1.extra".to_owned(), "unknown key `extra`"),
+                (
+                    "claims.1.slot".to_owned(),
+                    "expected a slot number 0–3, found `soon`"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@ use fracflow_proto::limits;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self as cfg, UnitName, custom_with_hint, integer_of, shown, typed as config};
+use crate::config::{
+    self as cfg, UnitName, check_with, custom_with_hint, integer_of, shown, typed as config,
+};
 use crate::process::{self, Ending, Grace, Spawn};
 
 fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
@@ -234,17 +236,6 @@ fn check_unit(unit: &str, root: &Path) -> Vec<ConfigProblem> {
         )
         .with_hint(hint),
     ]
-}
-
-/// The typed config, or the one problem serde found; then the kind's own checks.
-fn check_with<T: serde::de::DeserializeOwned>(
-    spec: &NodeSpec,
-    checks: impl FnOnce(&T) -> Vec<ConfigProblem>,
-) -> Vec<ConfigProblem> {
-    match cfg::parse::<T>(spec) {
-        Ok(config) => checks(&config),
-        Err(problem) => vec![problem],
-    }
 }
 
 /// The schema of a kind's config struct, as an object.

@@ -102,10 +102,7 @@ struct GroupConfig {}
 
 impl Executor for GroupKind {
     fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
-        config::parse::<GroupConfig>(spec)
-            .err()
-            .into_iter()
-            .collect()
+        config::check_with::<GroupConfig>(spec, |_| Vec::new())
     }
     fn config_schema(&self) -> serde_json::Value {
         fpga::schema_of::<GroupConfig>()

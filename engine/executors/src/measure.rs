@@ -309,10 +309,7 @@ impl MeasureKind {
 
 impl Executor for MeasureKind {
     fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
-        match config::parse::<MeasureConfig>(spec) {
-            Ok(config) => config.check(),
-            Err(problem) => vec![problem],
-        }
+        config::check_with::<MeasureConfig>(spec, MeasureConfig::check)
     }
 
     fn config_schema(&self) -> serde_json::Value {
