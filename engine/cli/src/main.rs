@@ -878,6 +878,7 @@ fn why(
             .collect(),
     };
     let testbed_fields = project.testbed()?.fingerprint_fields();
+    let mut unloadable = None;
     for name in candidates {
         let select = Select {
             target: name,
@@ -888,8 +889,13 @@ fn why(
             testbed: testbed.to_owned(),
             rerun: Vec::new(),
         };
-        let Ok((loaded, _)) = project.load(&select) else {
-            continue;
+        // A pipeline that does not load may be the node's: its problems are the answer if no other has it.
+        let (loaded, _) = match project.load(&select) {
+            Ok(found) => found,
+            Err(failure) => {
+                unloadable.get_or_insert(failure);
+                continue;
+            }
         };
         let Some(index) = loaded.graph.index(node) else {
             continue;
@@ -932,10 +938,9 @@ fn why(
         }
         return Ok(exit::OK);
     }
-    Err(Failure::new(
-        exit::BAD_INPUT,
-        format!("no pipeline has a node `{node}`"),
-    ))
+    Err(unloadable.unwrap_or_else(|| {
+        Failure::new(exit::BAD_INPUT, format!("no pipeline has a node `{node}`"))
+    }))
 }
 
 fn cache(project: &Project, action: CacheAction) -> Result<u8, Failure> {

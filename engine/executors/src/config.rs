@@ -241,12 +241,14 @@ impl de::Error for PathError {
     fn invalid_type(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> PathError {
         let expected = expected.to_string();
         // serde names Rust's types; a pipeline author writes YAML.
-        let expected = if expected.starts_with("struct ") || expected.starts_with("map") {
-            "a mapping".to_owned()
-        } else if expected.starts_with("a sequence") {
-            "a list".to_owned()
-        } else {
-            expected
+        let expected = match expected.as_str() {
+            e if e.starts_with("struct ") || e.starts_with("map") => "a mapping".to_owned(),
+            e if e.starts_with("a sequence") => "a list".to_owned(),
+            "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number ≥ 0".to_owned(),
+            "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number".to_owned(),
+            "f32" | "f64" => "a number".to_owned(),
+            "path string" => "a path".to_owned(),
+            _ => expected,
         };
         let found = match unexpected {
             de::Unexpected::Seq => "a list".to_owned(),

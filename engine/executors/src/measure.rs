@@ -227,17 +227,30 @@ impl MeasureConfig {
                 ),
             ));
         }
-        for (index, args) in members.iter().enumerate() {
-            if let Err(why) = client_config(args, CHECK_TARGET, None) {
-                let mut path = vec![PathSegment::Key("fperf".to_owned())];
-                if matches!(self.fperf, FperfArgs::Together(_)) {
-                    path.push(PathSegment::Index(index));
-                }
-                let problem = ConfigProblem::at(path, format!("fperf flags: {why}"));
-                // With `instances`, every member has the same flags: once is enough.
-                if !problems.contains(&problem) {
-                    problems.push(problem);
-                }
+        // The written flags first (at `fperf`), then what the node adds to them (at `open_loop`).
+        let written = self.fperf_members().unwrap_or_default();
+        let slots = fracflow_proto::limits::SLOT_COUNT;
+        for (index, (args, full)) in written.iter().zip(&members).enumerate() {
+            let (why, key) = match client_config(args, CHECK_TARGET, None) {
+                Err(why) => (why, "fperf"),
+                // The client takes any 16-bit slot; the device has four.
+                Ok(client) if client.slot >= u16::from(slots) => (
+                    format!("`-K {}`: the device has slots 0–{}", client.slot, slots - 1),
+                    "fperf",
+                ),
+                Ok(_) => match client_config(full, CHECK_TARGET, None) {
+                    Err(why) => (why, "open_loop"),
+                    Ok(_) => continue,
+                },
+            };
+            let mut path = vec![PathSegment::Key(key.to_owned())];
+            if key == "fperf" && matches!(self.fperf, FperfArgs::Together(_)) {
+                path.push(PathSegment::Index(index));
+            }
+            let problem = ConfigProblem::at(path, format!("fperf flags: {why}"));
+            // With `instances`, every member has the same flags: once is enough.
+            if !problems.contains(&problem) {
+                problems.push(problem);
             }
         }
         problems
