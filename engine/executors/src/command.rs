@@ -11,11 +11,11 @@
 //! (`match`, 1-based, negative from the end; default the last) parsed in a `base` (10, 16 without `0x`, or
 //! `auto`: `0x…` as hex, else a decimal float), or a JSON path. A node with `metrics` or `labels` writes
 //! `metrics.json` (`{"point", "labels", "metrics"}`), which an `aggregate` node with `stats: metrics` reads as
-//! one row; the loader adds it to the node's outputs.
+//! one row; the kind names it in `implied_outputs`, and the loader adds it to the node's outputs.
 //!
 //! With `effect: true` the node is a lazy effect (a device set-up step: program, reboot, load a driver): never
-//! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). The loader makes sure
-//! it declares no outputs, metrics or labels.
+//! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). Its `check` (run by
+//! the loader before anything starts) makes sure it declares no outputs, metrics or labels.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -75,7 +75,7 @@ impl<'de> Deserialize<'de> for Run {
     }
 }
 
-/// The file a node with `metrics` or `labels` writes into its outputs (the loader declares it).
+/// The file a node with `metrics` or `labels` writes into its outputs (declared through `implied_outputs`).
 pub const METRICS_FILE: &str = "metrics.json";
 
 /// How one metric is read from the stdout: exactly one of `regex` and `json`; `match` and `base` go with `regex`.
