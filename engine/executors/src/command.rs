@@ -327,7 +327,7 @@ impl Executor for CommandKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        crate::fpga::schema_of::<CommandConfig>()
+        crate::config::schema_of::<CommandConfig>()
     }
 
     fn shell_fields(&self) -> &'static [&'static str] {

@@ -537,6 +537,14 @@ impl<'de> Deserializer<'de> for Key<'_> {
     }
 }
 
+/// The schema of a kind's config struct, as an object.
+pub fn schema_of<T: JsonSchema>() -> serde_json::Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator();
+    generator.root_schema_for::<T>().to_value()
+}
+
 /// A whole number as a kind reads it: an integer, or text that a template left (`"2"`, `"0x1000"`,
 /// `"268451840 + 64"`: the loader renders templates to text, and a number computed from params stays text).
 pub fn integer_of(value: &Value) -> Option<i64> {

@@ -238,14 +238,6 @@ fn check_unit(unit: &str, root: &Path) -> Vec<ConfigProblem> {
     ]
 }
 
-/// The schema of a kind's config struct, as an object.
-pub(crate) fn schema_of<T: JsonSchema>() -> serde_json::Value {
-    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
-        .for_deserialize()
-        .into_generator();
-    generator.root_schema_for::<T>().to_value()
-}
-
 /// The U280's part, as the artifact's `spinhdl.yaml` names it.
 const DEFAULT_PART: &str = "xcu280-fsvh2892-2L-e";
 
@@ -268,7 +260,7 @@ impl Executor for HlsKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<HlsConfig>()
+        cfg::schema_of::<HlsConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
@@ -413,7 +405,7 @@ impl Executor for WeaveKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<WeaveConfig>()
+        cfg::schema_of::<WeaveConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
@@ -508,7 +500,7 @@ impl Executor for PartialsKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<PartialsConfig>()
+        cfg::schema_of::<PartialsConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
@@ -607,7 +599,7 @@ impl Executor for ImageKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<ImageConfig>()
+        cfg::schema_of::<ImageConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
@@ -795,7 +787,7 @@ impl Executor for ProgramKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<ProgramConfig>()
+        cfg::schema_of::<ProgramConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
@@ -1146,7 +1138,7 @@ impl Executor for LoadKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        schema_of::<LoadConfig>()
+        cfg::schema_of::<LoadConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {

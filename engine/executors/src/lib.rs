@@ -105,7 +105,7 @@ impl Executor for GroupKind {
         config::check_with::<GroupConfig>(spec, |_| Vec::new())
     }
     fn config_schema(&self) -> serde_json::Value {
-        fpga::schema_of::<GroupConfig>()
+        config::schema_of::<GroupConfig>()
     }
     fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         Ok(KindInfo {

@@ -326,7 +326,7 @@ impl Executor for MeasureKind {
     }
 
     fn config_schema(&self) -> serde_json::Value {
-        crate::fpga::schema_of::<MeasureConfig>()
+        crate::config::schema_of::<MeasureConfig>()
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
