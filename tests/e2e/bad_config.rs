@@ -11,6 +11,7 @@ const CASES: &[(&str, &str)] = &[
     // command
     ("command_run_not_a_command", "kind: command\n    run: 5"),
     ("command_run_empty_argv", "kind: command\n    run: []"),
+    ("command_run_blank", "kind: command\n    run: '  '"),
     (
         "command_run_unquoted_template",
         "kind: command\n    run: {m}",
@@ -163,6 +164,10 @@ const CASES: &[(&str, &str)] = &[
         "kind: load\n    slot: 0\n    partial: c00_f00.bin\n    addr: 127.0.0.1:7000\n    hbm_addr: 0x10004004",
     ),
     (
+        "load_hbm_addr_not_a_number",
+        "kind: load\n    slot: 0\n    partial: c00_f00.bin\n    addr: 127.0.0.1:7000\n    hbm_addr: high",
+    ),
+    (
         "load_slot_missing",
         "kind: load\n    partial: c00_f00.bin\n    addr: 127.0.0.1:7000",
     ),
@@ -184,6 +189,11 @@ const CASES: &[(&str, &str)] = &[
         "kind: measure\n    fperf: ['-t rr -d 1', '-t rr -n zero']",
     ),
     ("measure_fperf_missing", "kind: measure\n    clients: 4"),
+    ("measure_fperf_empty_list", "kind: measure\n    fperf: []"),
+    (
+        "measure_instances_with_several_fperf",
+        "kind: measure\n    fperf: ['-t rr', '-t rr']\n    instances: 2\n    clients: 4",
+    ),
     (
         "measure_addr_not_an_ip",
         "kind: measure\n    addr: device:7000\n    fperf: -t rr -d 1",
@@ -240,6 +250,10 @@ const CASES: &[(&str, &str)] = &[
     (
         "aggregate_stats_missing",
         "kind: aggregate\n    deps: [first]",
+    ),
+    (
+        "aggregate_functions_key_not_a_number",
+        "kind: aggregate\n    deps: [first]\n    stats: samples\n    functions: {topk: Top-K}",
     ),
     // plot
     (

@@ -469,7 +469,11 @@ impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
         // Pushed before the key is read: an unknown key's error then carries its own path.
         self.path.push(PathSegment::Key(key.clone()));
         self.pending = Some(value);
-        seed.deserialize(Key(key)).map(Some)
+        seed.deserialize(Key(key)).map(Some).map_err(|mut error| {
+            // A key that cannot be read (not a number where one is needed) is shown at the key.
+            error.at_key = true;
+            error
+        })
     }
 
     fn next_value_seed<V: de::DeserializeSeed<'de>>(
@@ -887,6 +891,28 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Step {
+        Keep,
+        ScaleBy { factor: Slot },
+    }
+
+    #[test]
+    fn an_enum_written_as_a_one_key_mapping_keeps_the_path_into_its_variant() {
+        let steps = parse_value::<Vec<Step>>(&json!(["keep", {"scale_by": {"factor": 2}}]));
+        assert_eq!(
+            steps.ok(),
+            Some(vec![Step::Keep, Step::ScaleBy { factor: Slot(2) }])
+        );
+        let problems =
+            parse_value::<Vec<Step>>(&json!([{"scale_by": {"factor": 9}}])).expect_err("slot 9");
+        assert_eq!(problems[0].dotted_path(), "0.scale_by.factor");
+        let problems =
+            parse_value::<Vec<Step>>(&json!([{"keep": 1}])).expect_err("keep takes no value");
+        assert_eq!(problems[0].message, "`keep` takes no value, found a number");
     }
 
     #[test]
