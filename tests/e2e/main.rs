@@ -10,6 +10,7 @@ mod kill;
 mod lock;
 mod plan_why;
 mod realflow;
+mod refused;
 mod rpcnic;
 mod shared_cache;
 mod slurm;
