@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bad_config;
 mod demo;
 mod figures;
 mod fpga;

@@ -113,29 +113,16 @@ fn crates_import_only_what_the_architecture_allows() {
     );
 }
 
-/// Every file under `dir` (recursively) that holds unit tests.
-fn files_with_unit_tests(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("source directory").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_with_unit_tests(&path));
-        } else if std::fs::read_to_string(&path).is_ok_and(|text| text.contains("#[cfg(test)]")) {
-            found.push(path);
-        }
-    }
-    found
-}
-
-/// The `fracflow` bin has `test = false` (engine/cli/Cargo.toml: one binary fewer linking polars), so unit tests
-/// in its sources would silently never run.
+/// The `fracflow` bin has `test = false` (engine/cli/Cargo.toml: one binary fewer linking polars): unit tests
+/// in its one source file, `main.rs`, would silently never run (the library's sources have their own harness).
 #[test]
 fn the_command_holds_no_unit_tests_that_would_not_run() {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = files_with_unit_tests(&src);
+    let main = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/main.rs");
+    let text = std::fs::read_to_string(&main).expect("engine/cli/src/main.rs");
     assert!(
-        found.is_empty(),
-        "unit tests in {found:?} do not run: the fracflow bin has `test = false` in engine/cli/Cargo.toml \
-         (give the target that holds them `test = true`)"
+        !text.contains("#[cfg(test)]"),
+        "unit tests in {} do not run: the fracflow bin has `test = false` in engine/cli/Cargo.toml \
+         (put them in the library's modules)",
+        main.display()
     );
 }

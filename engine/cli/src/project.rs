@@ -287,7 +287,7 @@ impl Project {
             caps,
             overrides,
         };
-        let loaded = fracflow_loader::load(&selection.file, &options)?;
+        let loaded = fracflow_loader::load(&selection.file, &options, &self.kinds)?;
         let targets = target_nodes(&loaded, selection.target.as_deref())?;
         Ok((loaded, targets))
     }

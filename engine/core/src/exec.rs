@@ -99,8 +99,86 @@ pub struct Outcome {
     pub metrics: BTreeMap<String, serde_json::Value>,
 }
 
+/// One step of the way from a node's mapping to one of its values: a key, or a list position.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PathSegment {
+    Key(String),
+    Index(usize),
+}
+
+impl std::fmt::Display for PathSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PathSegment::Key(key) => f.write_str(key),
+            PathSegment::Index(index) => write!(f, "{index}"),
+        }
+    }
+}
+
+/// A value of a node's configuration that its kind rejects, found before anything runs.
+///
+/// `path` leads from the node's mapping (the keys written beside `kind:`) to the value, e.g. `claims`, `2`,
+/// `metric`; the loader turns it back into the YAML position of that value. Empty means the node as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub path: Vec<PathSegment>,
+    pub message: String,
+    pub hint: Option<String>,
+    /// The problem is the key itself (an unknown key), not its value: shown at the key.
+    pub at_key: bool,
+}
+
+impl ConfigProblem {
+    /// A problem with the value at `path`.
+    pub fn at(path: Vec<PathSegment>, message: impl Into<String>) -> ConfigProblem {
+        ConfigProblem {
+            path,
+            message: message.into(),
+            hint: None,
+            at_key: false,
+        }
+    }
+
+    /// A problem with the value of the node's key `key`.
+    pub fn key(key: &str, message: impl Into<String>) -> ConfigProblem {
+        ConfigProblem::at(vec![PathSegment::Key(key.to_owned())], message)
+    }
+
+    pub fn with_hint(mut self, hint: Option<String>) -> ConfigProblem {
+        self.hint = hint;
+        self
+    }
+
+    /// `claims.2.metric`, for messages where no YAML position is at hand.
+    pub fn dotted_path(&self) -> String {
+        let parts: Vec<String> = self.path.iter().map(ToString::to_string).collect();
+        parts.join(".")
+    }
+}
+
 /// One node kind.
 pub trait Executor: Send + Sync {
+    /// Every problem of the node's resolved configuration that can be judged without upstream data (unknown
+    /// keys, values out of range, files of the project that do not exist). The loader calls it for every
+    /// node before anything runs; `execute` may assume an empty answer.
+    fn check(&self, _spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+    /// The JSON schema (draft 2020-12) of the kind's own keys, as written in a pipeline (a value may be a
+    /// template): an object schema with `properties`, `required` and a `description`.
+    fn config_schema(&self) -> serde_json::Value {
+        serde_json::json!({ "type": "object" })
+    }
+    /// The keys whose string value is run by a shell (`sh -c`), so that whoever substitutes text into them
+    /// knows to quote it.
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Files the kind writes whatever the node's `outputs:` say (e.g. `metrics.json`), given its configuration;
+    /// the loader adds them to the node's outputs so the cache keeps them.
+    fn implied_outputs(&self, _spec: &NodeSpec) -> Vec<String> {
+        Vec::new()
+    }
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError>;
     /// The command or action, as `plan` prints it.
     fn describe(&self, spec: &NodeSpec) -> String;
@@ -116,4 +194,9 @@ pub trait Executor: Send + Sync {
 /// The registry of kinds the scheduler dispatches to.
 pub trait Kinds: Send + Sync {
     fn executor(&self, kind: &str) -> Option<&dyn Executor>;
+    /// Every kind's name, for did-you-mean and for the pipeline schema; a registry that only dispatches (a
+    /// test's) may leave it empty.
+    fn names(&self) -> Vec<&str> {
+        Vec::new()
+    }
 }

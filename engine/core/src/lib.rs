@@ -14,9 +14,13 @@ pub mod run;
 pub mod scheduler;
 pub mod spec;
 pub mod statcache;
+pub mod suggest;
 
 pub use cache::{Cache, CacheEntry};
-pub use exec::{Cancel, Executor, Job, KindInfo, Kinds, NodeError, Outcome, RunIdentity};
+pub use exec::{
+    Cancel, ConfigProblem, Executor, Job, KindInfo, Kinds, NodeError, Outcome, PathSegment,
+    RunIdentity,
+};
 pub use fingerprint::{FieldChange, Fingerprint};
 pub use graph::{Graph, GraphError};
 pub use lock::{LockError, LockScope, TestbedLock, lock_name};

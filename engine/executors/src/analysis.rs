@@ -6,14 +6,72 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
-use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_core::{ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
 use fracflow_record::{
     Cell, ExpectationResult, METRICS_FILE, MeasureSummary, MetricsRecord, Provenance, SUMMARY_FILE,
     Table,
 };
 
+use crate::config;
 use crate::testbed::Session;
+
+/// The schema of a kind whose keys a leaf crate's spec defines (fracflow-aggregate's, fracflow-plot's): those
+/// crates do not derive schemas, so it names the keys and leaves their values to the spec's parse, which the
+/// loader runs through `check` before anything starts.
+fn leaf_schema(description: &str, required: &[&str], keys: &[&str]) -> serde_json::Value {
+    let properties: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| ((*k).to_owned(), serde_json::Value::Bool(true)))
+        .collect();
+    serde_json::json!({
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": required,
+    })
+}
+
+/// A node's first configuration problem as the error of a node asked to run anyway.
+fn first_problem(spec: &NodeSpec, problems: &[ConfigProblem]) -> NodeError {
+    match problems.first() {
+        Some(problem) => config::node_error(spec, problem),
+        None => failed(spec, "invalid configuration"),
+    }
+}
+
+/// The aggregate keys that take a number, which a template leaves as text (`from_s: "{from_s}"`).
+const AGGREGATE_NUMBERS: &[&str] = &[
+    "from_s",
+    "skip_s",
+    "drop_fraction",
+    "piece",
+    "exact_max_samples",
+];
+
+/// The node's aggregate spec: fracflow-aggregate's struct, read from the config with template-made numbers
+/// turned back into numbers.
+fn aggregate_spec(spec: &NodeSpec) -> Result<AggregateSpec, Vec<ConfigProblem>> {
+    let mut object = serde_json::Map::new();
+    for (key, value) in &spec.config {
+        let number = match value {
+            serde_json::Value::String(text) if AGGREGATE_NUMBERS.contains(&key.as_str()) => {
+                config::integer_text(text)
+                    .map(serde_json::Value::from)
+                    .or_else(|| {
+                        text.trim()
+                            .parse::<f64>()
+                            .ok()
+                            .and_then(serde_json::Number::from_f64)
+                            .map(serde_json::Value::Number)
+                    })
+            }
+            _ => None,
+        };
+        object.insert(key.clone(), number.unwrap_or_else(|| value.clone()));
+    }
+    config::parse_value(&serde_json::Value::Object(object))
+}
 
 fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
     NodeError::permanent(format!("node `{}`: {what}", spec.id))
@@ -33,8 +91,35 @@ fn info(version: u32) -> KindInfo {
 pub struct AggregateKind;
 
 impl Executor for AggregateKind {
+    fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        aggregate_spec(spec).err().unwrap_or_default()
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        leaf_schema(
+            "`aggregate`: its dependencies' per-request samples, per-second records or extracted metrics → summary \
+             tables (`summary.csv`, `summary.parquet`, and `cdf.*` when asked). The keys are fracflow-aggregate's \
+             spec (see its docs).",
+            &["stats"],
+            &[
+                "stats",
+                "over",
+                "from_s",
+                "skip_s",
+                "drop_fraction",
+                "latency",
+                "exact_max_samples",
+                "cdf",
+                "functions",
+                "piece",
+                "derive",
+                "compare",
+            ],
+        )
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        crate::kind_config::<AggregateSpec>(spec)?;
+        aggregate_spec(spec).map_err(|p| first_problem(spec, &p))?;
         // 2: `stats: metrics` and `compare.op`.
         Ok(info(2))
     }
@@ -51,7 +136,8 @@ impl Executor for AggregateKind {
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let spec: AggregateSpec = crate::kind_config(job.spec)?;
+        let spec: AggregateSpec =
+            aggregate_spec(job.spec).map_err(|p| first_problem(job.spec, &p))?;
         let points = if spec.stats == StatsKind::Metrics {
             metric_rows(job)?
         } else {
@@ -223,20 +309,48 @@ pub struct PlotKind {
 }
 
 impl Executor for PlotKind {
+    fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        config::check_with::<PlotSpec>(spec, |_| Vec::new())
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        leaf_schema(
+            "`plot`: draws one figure from its `aggregate` dependency's tables as SVG, PNG and PDF. The keys are \
+             fracflow-plot's spec (see its docs).",
+            &["figure", "style", "y"],
+            &[
+                "figure",
+                "title",
+                "table",
+                "style",
+                "x",
+                "y",
+                "band",
+                "error",
+                "series",
+                "panels",
+                "where",
+                "categories",
+                "groups",
+                "outline",
+            ],
+        )
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        crate::kind_config::<PlotSpec>(spec)?;
+        config::typed::<PlotSpec>(spec)?;
         Ok(info(1))
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
-        match crate::kind_config::<PlotSpec>(spec) {
+        match config::typed::<PlotSpec>(spec) {
             Ok(plot) => format!("draw {}", fracflow_plot::figure_files(&plot).join(", ")),
             Err(e) => format!("<{e}>"),
         }
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let plot: PlotSpec = crate::kind_config(job.spec)?;
+        let plot: PlotSpec = config::typed(job.spec)?;
         let tables = dependency_tables(job)?;
         let client = client_of(&tables, self.session.as_deref());
         let provenance = provenance(job, self.session.as_deref(), client);
@@ -254,16 +368,18 @@ pub fn redraw(
     provenance: &Provenance,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
-    let plot: PlotSpec = crate::kind_config(spec).map_err(|e| e.message)?;
+    let plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
     let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
     fracflow_plot::draw(&plot, &tables, provenance, out_dir).map_err(|e| e.to_string())
 }
 
-/// The check node's config: claims per testbed kind or profile name.
+/// `check`: the paper's claims as data, evaluated on its `aggregate` dependencies' tables. `expect` maps a
+/// testbed kind (`emulated`, `real`) or profile name to its claims; only the run's testbed's claims apply. A
+/// failed claim is a result (listed in the summary and the report, own exit code), not a failed node.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckConfig {
-    expect: BTreeMap<String, Vec<Expectation>>,
+pub struct CheckConfig {
+    pub expect: BTreeMap<String, Vec<Expectation>>,
 }
 
 /// `check`: evaluates the claims for this testbed and writes `expectations.json`; failures are results.
@@ -291,8 +407,28 @@ impl CheckKind {
 pub const EXPECTATIONS_FILE: &str = "expectations.json";
 
 impl Executor for CheckKind {
+    fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        config::check_with::<CheckConfig>(spec, |_| Vec::new())
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        let mut schema = leaf_schema(
+            "`check`: the paper's claims as data, evaluated on its `aggregate` dependencies' tables. `expect` maps \
+             a testbed kind (`emulated`, `real`) or profile name to its claims; only the run's testbed's claims \
+             apply. A failed claim is a result (listed in the summary and the report, own exit code), not a \
+             failed node.",
+            &["expect"],
+            &["expect"],
+        );
+        schema["properties"]["expect"] = serde_json::json!({
+            "type": "object",
+            "additionalProperties": { "type": "array", "items": true }
+        });
+        schema
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        crate::kind_config::<CheckConfig>(spec)?;
+        config::typed::<CheckConfig>(spec)?;
         // The verdicts depend on which testbed's claims apply.
         let mut info = info(1);
         if let Some(session) = &self.session {
@@ -303,14 +439,14 @@ impl Executor for CheckKind {
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
-        match crate::kind_config::<CheckConfig>(spec) {
+        match config::typed::<CheckConfig>(spec) {
             Ok(config) => format!("check {} expectations", self.applicable(&config).len()),
             Err(e) => format!("<{e}>"),
         }
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let config: CheckConfig = crate::kind_config(job.spec)?;
+        let config: CheckConfig = config::typed(job.spec)?;
         let tables = dependency_tables(job)?;
         let results: Vec<ExpectationResult> =
             fracflow_aggregate::evaluate(self.applicable(&config), &tables);

@@ -11,20 +11,26 @@
 //! (`match`, 1-based, negative from the end; default the last) parsed in a `base` (10, 16 without `0x`, or
 //! `auto`: `0x…` as hex, else a decimal float), or a JSON path. A node with `metrics` or `labels` writes
 //! `metrics.json` (a `fracflow_record::MetricsRecord`: its point, labels and metrics), which an `aggregate` node
-//! with `stats: metrics` reads as one row; the loader adds it to the node's outputs.
+//! with `stats: metrics` reads as one row; the kind names it in `implied_outputs`, and the loader adds it to the
+//! node's outputs.
 //!
 //! With `effect: true` the node is a lazy effect (a device set-up step: program, reboot, load a driver): never
-//! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). The loader makes sure
-//! it declares no outputs, metrics or labels.
+//! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). Its `check` (run by
+//! the loader before anything starts) makes sure it declares no outputs, metrics or labels.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::PathBuf;
 
-use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_core::{
+    ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, PathSegment,
+};
 use fracflow_record::MetricsRecord;
+use schemars::JsonSchema;
 use serde::Deserialize;
+
+use crate::config;
 
 use crate::process::{self, Ending, Grace, Spawn};
 
@@ -40,27 +46,55 @@ const EX_TEMPFAIL: i32 = 75;
 #[derive(Debug)]
 pub struct CommandKind;
 
-#[derive(Debug, Deserialize)]
+/// A command: one shell string (run by `sh -c`), or argv words.
+#[derive(Debug, JsonSchema)]
 #[serde(untagged)]
-enum Run {
+pub enum Run {
+    /// Run by `sh -c`.
     Shell(String),
-    Argv(Vec<String>),
+    /// argv words: the program, then its arguments.
+    Argv(Vec<config::Word>),
 }
 
-/// The file a node with `metrics` or `labels` writes into its outputs (the loader declares it).
+impl<'de> Deserialize<'de> for Run {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Run, D::Error> {
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => Ok(Run::Shell(text)),
+            words @ serde_json::Value::Array(_) => Vec::<config::Word>::deserialize(words)
+                .map(Run::Argv)
+                .map_err(serde::de::Error::custom),
+            other => Err(config::custom_with_hint(
+                format_args!(
+                    "expected a command string or a list of argv words, found {}",
+                    config::kind_of(&other)
+                ),
+                other.is_object().then(|| {
+                    "in YAML, a value that starts with `{` is a mapping; quote it, e.g. \"{m}\""
+                        .to_owned()
+                }),
+            )),
+        }
+    }
+}
+
+/// The file a node with `metrics` or `labels` writes into its outputs (declared through `implied_outputs`).
 pub use fracflow_record::METRICS_FILE;
 
 /// How one metric is read from the stdout: exactly one of `regex` and `json`; `match` and `base` go with `regex`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Metric {
+pub struct Metric {
+    /// A regex; the value is its first capture group (or the group named `value`).
     #[serde(default)]
     regex: Option<String>,
+    /// A path (e.g. `$.latency.p50`) into the JSON the node prints.
     #[serde(default)]
     json: Option<String>,
     /// 1-based index of the match; negative counts from the end (−1, the default, is the last).
     #[serde(default, rename = "match")]
     nth: Option<i64>,
+    /// How the capture is read: 10, 16 (hex without `0x`) or auto (`0x…` as hex, else a decimal number; the
+    /// default). With a base, a capture that does not parse fails the node.
     #[serde(default)]
     base: Option<Base>,
 }
@@ -89,45 +123,189 @@ impl<'de> Deserialize<'de> for Base {
             Some("16") => Ok(Base::Hex),
             Some("auto") => Ok(Base::Auto),
             _ => Err(serde::de::Error::custom(format!(
-                "`base` is 10, 16 or auto, not {value}"
+                "expected 10, 16 or auto, found `{}`",
+                config::shown(&value)
             ))),
         }
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct CommandConfig {
-    run: Run,
+impl JsonSchema for Base {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Base".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        config::or_template(serde_json::json!({ "enum": [10, 16, "auto"] }))
+    }
+}
+
+/// `command`: runs a shell command (or an argv list) in the project root; it writes its outputs under
+/// `$FRACFLOW_OUT`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    /// A shell command (run by `sh -c`) or a list of argv words. Templates: `{name}` is a param or sweep
+    /// value, `{{`/`}}` are literal braces, so shell's `${VAR}` is written `${{VAR}}`.
+    pub run: Run,
+    /// Extra environment variables (values are templates).
     #[serde(default)]
-    env: BTreeMap<String, String>,
-    cwd: Option<PathBuf>,
+    pub env: BTreeMap<String, config::Word>,
+    /// Working directory, relative to the project root (default: the root).
     #[serde(default)]
-    metrics: BTreeMap<String, Metric>,
+    pub cwd: Option<PathBuf>,
+    /// Values the node reports, by name, read from its standard output. With `metrics` or `labels` the node
+    /// also writes `metrics.json` (its sweep point, labels and metrics: one row for `aggregate` with
+    /// `stats: metrics`), added to its outputs.
     #[serde(default)]
-    require: Vec<String>,
+    pub metrics: BTreeMap<String, Metric>,
+    /// Regexes that must all match the standard output, or the node fails naming the one that did not (a
+    /// provenance banner such as `BENCH {bench}`).
     #[serde(default)]
-    labels: BTreeMap<String, serde_json::Value>,
+    pub require: Vec<String>,
+    /// Labels of the node's row in `metrics.json`, beside its sweep point, e.g. `{design: one-shot}`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, serde_json::Value>,
+    /// Exit codes that count as success (default: `[0]`), each 0–255.
     #[serde(default = "default_success")]
-    success_codes: Vec<i32>,
+    pub success_codes: Vec<i32>,
+    /// A device set-up step (program a board, reboot a host, load a driver): never cached, and run only when a
+    /// node that depends on it runs, once, before it. Its dependents key on its command, not on what it
+    /// printed. It declares no `outputs`, `metrics` or `labels`.
     #[serde(default)]
-    effect: bool,
+    pub effect: bool,
 }
 
 fn default_success() -> Vec<i32> {
     vec![0]
 }
 
-fn config(spec: &NodeSpec) -> Result<CommandConfig, NodeError> {
-    let config: CommandConfig = crate::kind_config(spec)?;
-    for (name, metric) in &config.metrics {
-        metric.check().map_err(|why| {
-            NodeError::permanent(format!(
-                "node `{}` (at {}): metric `{name}`: {why}",
-                spec.id, spec.origin
-            ))
-        })?;
+/// The highest exit code a process can report (`exit(256)` is seen as 0).
+const MAX_EXIT_CODE: i32 = 255;
+
+fn key_path(parts: &[&str]) -> Vec<PathSegment> {
+    parts
+        .iter()
+        .map(|p| PathSegment::Key((*p).to_owned()))
+        .collect()
+}
+
+impl CommandConfig {
+    /// Every value the node would fail on once it ran, judged now.
+    fn check(&self, spec: &NodeSpec) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        match &self.run {
+            Run::Shell(text) if text.trim().is_empty() => {
+                problems.push(ConfigProblem::key("run", "`run` is an empty command"));
+            }
+            Run::Argv(words) if words.is_empty() => {
+                problems.push(
+                    ConfigProblem::key("run", "`run` needs at least one argv word")
+                        .with_hint(Some("e.g. `run: [make, all]`".to_owned())),
+                );
+            }
+            _ => {}
+        }
+        for name in self.env.keys() {
+            if name.is_empty() || name.contains(['=', '\0']) {
+                let mut problem = ConfigProblem::at(
+                    key_path(&["env", name]),
+                    format!("`{name}` is not an environment variable name"),
+                )
+                .with_hint(Some(
+                    "a name is not empty and holds no `=` (write `NAME: value`)".to_owned(),
+                ));
+                problem.at_key = true;
+                problems.push(problem);
+            }
+        }
+        for (index, code) in self.success_codes.iter().enumerate() {
+            if !(0..=MAX_EXIT_CODE).contains(code) {
+                problems.push(
+                    ConfigProblem::at(
+                        vec![
+                            PathSegment::Key("success_codes".to_owned()),
+                            PathSegment::Index(index),
+                        ],
+                        format!("exit code {code} cannot happen"),
+                    )
+                    .with_hint(Some(format!("a process exits with 0–{MAX_EXIT_CODE}"))),
+                );
+            }
+        }
+        for (index, pattern) in self.require.iter().enumerate() {
+            if let Err(error) = regex::Regex::new(pattern) {
+                problems.push(ConfigProblem::at(
+                    vec![
+                        PathSegment::Key("require".to_owned()),
+                        PathSegment::Index(index),
+                    ],
+                    format!("`{pattern}` is not a regex: {}", first_line(&error)),
+                ));
+            }
+        }
+        for (name, metric) in &self.metrics {
+            problems.extend(metric.problems(name));
+        }
+        if self.effect {
+            // Its dependents key on its command, not on what it printed, and it does not run when they are all
+            // cached: values read from its output would belong to no key, and would be missing from such runs.
+            let why = "an effect's output is not kept: a dependent keys on the effect's command, and when every \
+                       dependent is cached the effect does not run at all; read the value in the node that needs it";
+            for (key, empty) in [
+                ("metrics", self.metrics.is_empty()),
+                ("labels", self.labels.is_empty()),
+            ] {
+                if !empty {
+                    problems.push(
+                        ConfigProblem::key(
+                            key,
+                            format!("an effect (`effect: true`) cannot have `{key}`"),
+                        )
+                        .with_hint(Some(why.to_owned())),
+                    );
+                }
+            }
+            if !spec.outputs.is_empty() {
+                problems.push(
+                    ConfigProblem::at(
+                        vec![PathSegment::Key("outputs".to_owned()), PathSegment::Index(0)],
+                        "the node declares outputs but is an effect",
+                    )
+                    .with_hint(Some(
+                        "an effect (`effect: true`) is never cached and its dependents key on its command, not on files \
+                         it writes: drop `outputs:`, or drop `effect: true` to make a cached node"
+                            .to_owned(),
+                    )),
+                );
+            }
+        }
+        problems
     }
-    Ok(config)
+}
+
+/// A regex error's first line (the rest is a drawing of the pattern, which the diagnostic shows already).
+fn first_line(error: &regex::Error) -> String {
+    let text = error.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    // regex's messages end with "error: WHAT"; the lines before draw the pattern.
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("error: "))
+        .or(lines.last().copied())
+        .unwrap_or("invalid")
+        .to_owned()
+}
+
+fn config(spec: &NodeSpec) -> Result<CommandConfig, NodeError> {
+    config::typed(spec)
 }
 
 /// `gen[m=1024]` → `FRACFLOW_DEP_GEN_M_1024`.
@@ -146,6 +324,25 @@ pub fn dep_variable(id: &str) -> String {
 }
 
 impl Executor for CommandKind {
+    fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
+        config::check_with::<CommandConfig>(spec, |config| config.check(spec))
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        crate::config::schema_of::<CommandConfig>()
+    }
+
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &["run"]
+    }
+
+    fn implied_outputs(&self, spec: &NodeSpec) -> Vec<String> {
+        match config(spec) {
+            Ok(c) if !c.metrics.is_empty() || !c.labels.is_empty() => vec![METRICS_FILE.to_owned()],
+            _ => Vec::new(),
+        }
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         let config = config(spec)?;
         Ok(KindInfo {
@@ -170,7 +367,11 @@ impl Executor for CommandKind {
             Ok(CommandConfig {
                 run: Run::Argv(argv),
                 ..
-            }) => argv.join(" "),
+            }) => argv
+                .iter()
+                .map(|w| w.0.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
             Err(error) => format!("<{error}>"),
         }
     }
@@ -184,7 +385,10 @@ impl Executor for CommandKind {
                 vec!["-c".to_owned(), text.clone()],
             ),
             Run::Argv(argv) => match argv.split_first() {
-                Some((program, rest)) => (PathBuf::from(program), rest.to_vec()),
+                Some((program, rest)) => (
+                    PathBuf::from(&program.0),
+                    rest.iter().map(|w| w.0.clone()).collect(),
+                ),
                 None => {
                     return Err(NodeError::permanent(format!(
                         "node `{}`: `run` is an empty list",
@@ -217,7 +421,7 @@ impl Executor for CommandKind {
                     .map(|(id, dir)| (dep_variable(id), dir.display().to_string())),
             );
         }
-        env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.0.clone())));
         let spawn = Spawn {
             program,
             args,
@@ -323,22 +527,46 @@ impl Executor for CommandKind {
 }
 
 impl Metric {
-    /// Exactly one source; `match` and `base` only with `regex`; `match` is never 0.
-    fn check(&self) -> Result<(), String> {
-        match (&self.regex, &self.json) {
-            (Some(_), Some(_)) => return Err("give `regex` or `json`, not both".to_owned()),
-            (None, None) => return Err("needs `regex` or `json`".to_owned()),
+    /// Exactly one source; `match` and `base` only with `regex`; `match` is never 0; the regex compiles.
+    fn problems(&self, name: &str) -> Vec<ConfigProblem> {
+        let at = |key: Option<&str>| {
+            let mut path = key_path(&["metrics", name]);
+            path.extend(key.map(|k| PathSegment::Key(k.to_owned())));
+            path
+        };
+        let shape = match (&self.regex, &self.json) {
+            (Some(_), Some(_)) => Some(("a metric reads `regex` or `json`, not both", None)),
+            (None, None) => Some((
+                "a metric needs `regex` or `json`",
+                Some("e.g. `{regex: 'speed: (\\S+)'}`"),
+            )),
             (None, Some(_)) if self.nth.is_some() || self.base.is_some() => {
-                return Err("`match` and `base` apply to `regex` only".to_owned());
+                Some(("`match` and `base` apply to `regex` metrics only", None))
             }
-            _ => {}
+            _ => None,
+        };
+        if let Some((message, hint)) = shape {
+            return vec![ConfigProblem::at(at(None), message).with_hint(hint.map(str::to_owned))];
         }
+        let mut problems = Vec::new();
         if self.nth == Some(0) {
-            return Err(
-                "`match` counts from 1 (or from the end with −1, −2, …); 0 is no match".to_owned(),
+            problems.push(
+                ConfigProblem::at(
+                    at(Some("match")),
+                    "`match` counts matches from 1, or from the end with -1, -2, …",
+                )
+                .with_hint(Some("-1 (the default) is the last match".to_owned())),
             );
         }
-        Ok(())
+        if let Some(pattern) = &self.regex
+            && let Err(error) = regex::Regex::new(pattern)
+        {
+            problems.push(ConfigProblem::at(
+                at(Some("regex")),
+                format!("`{pattern}` is not a regex: {}", first_line(&error)),
+            ));
+        }
+        problems
     }
 }
 
@@ -493,7 +721,7 @@ mod tests {
             let error = nth(beyond).expect_err("no such match");
             assert!(error.contains("matched 3 time(s)"), "{error}");
         }
-        assert!(regex(pattern, Some(0), None).check().is_err());
+        assert!(!regex(pattern, Some(0), None).problems("t").is_empty());
     }
 
     #[test]
@@ -536,7 +764,7 @@ mod tests {
             nth: None,
             base: Some(Base::Hex),
         };
-        assert!(json_with_base.check().is_err());
+        assert!(!json_with_base.problems("t").is_empty());
     }
 
     /// Runs a `command` node with `config` in a fresh directory: its result and its output directory.

@@ -12,13 +12,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_core::suggest::{did_you_mean, list_names};
+use fracflow_core::{ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_emulator::build as emulated;
 use fracflow_emulator::design::DESIGN_FILE;
 use fracflow_emulator::{CompiledUnit, DesignManifest};
-use serde::Deserialize;
+use fracflow_proto::limits;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
 
-use crate::kind_config as config;
+use crate::config::{
+    self as cfg, UnitName, check_with, custom_with_hint, integer_of, shown, typed as config,
+};
 use crate::process::{self, Ending, Grace, Spawn};
 
 fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
@@ -148,22 +153,89 @@ impl ToolVersions {
 
 // ---------------------------------------------------------------------------------------------------- hls
 
-#[derive(Debug, Deserialize)]
-struct HlsConfig {
-    unit: String,
-    compiler: Option<String>,
+/// `hls`: compiles one accelerator, `hw/accelerators/<unit>/`, into the kernel its partials carry. The
+/// emulated flow builds a plugin with a C++ compiler; `vitis_hls` runs the HLS tool for `part`. List the unit's
+/// files in `inputs` (e.g. `"hw/accelerators/{unit}/*"` and `hw/accelerators/frac_kernel.h`) so that an edit
+/// rebuilds it.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HlsConfig {
+    /// The accelerator (`top_k`, `cnn`, …; 1–32 of `a-z 0-9 _`): its sources are `hw/accelerators/<unit>/`.
+    pub unit: UnitName,
+    /// The C++ compiler of the emulated flow (default: the executor's `$CXX`, else `g++`).
     #[serde(default)]
-    tool: BuildTool,
-    part: Option<String>,
+    pub compiler: Option<String>,
+    /// The flow: `emulated` (default) or `vitis_hls`.
+    #[serde(default)]
+    pub tool: HlsTool,
+    /// The FPGA part, for the real flow (e.g. `xcu280-fsvh2892-2L-e`).
+    #[serde(default)]
+    pub part: Option<String>,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum BuildTool {
-    #[default]
-    Emulated,
-    VitisHls,
-    Spinhdl,
+cfg::words! {
+    /// The flow of an `hls` node.
+    HlsTool {
+        /// The emulated flow: a C++ compiler builds the kernel plugin.
+        #[default]
+        Emulated = "emulated",
+        /// AMD Vitis HLS (the real flow).
+        VitisHls = "vitis_hls",
+    }
+}
+
+cfg::words! {
+    /// The flow of a `weave` or `partials` node.
+    WeaveTool {
+        #[default]
+        Emulated = "emulated",
+        Spinhdl = "spinhdl",
+    }
+}
+
+/// Where the accelerators' sources are, relative to the project root.
+const ACCELERATORS: &str = "hw/accelerators";
+
+/// The directories directly under `dir`, sorted (for suggestions).
+fn subdirectories(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A unit whose sources are missing, with the units that exist.
+fn check_unit(unit: &str, root: &Path) -> Vec<ConfigProblem> {
+    let dir = Path::new(ACCELERATORS).join(unit);
+    if root.join(&dir).is_dir() {
+        return Vec::new();
+    }
+    let known = subdirectories(&root.join(ACCELERATORS));
+    let hint = did_you_mean(unit, known.iter().map(String::as_str)).or_else(|| {
+        (!known.is_empty()).then(|| {
+            format!(
+                "units in `{ACCELERATORS}/`: {}",
+                list_names(known.iter().map(String::as_str))
+            )
+        })
+    });
+    vec![
+        ConfigProblem::key(
+            "unit",
+            format!(
+                "unit `{unit}` has no sources: `{}/` is not a directory",
+                dir.display()
+            ),
+        )
+        .with_hint(hint),
+    ]
 }
 
 /// The U280's part, as the artifact's `spinhdl.yaml` names it.
@@ -183,10 +255,18 @@ fn compiler(config: &HlsConfig) -> String {
 }
 
 impl Executor for HlsKind {
+    fn check(&self, spec: &NodeSpec, root: &Path) -> Vec<ConfigProblem> {
+        check_with::<HlsConfig>(spec, |c| check_unit(&c.unit.0, root))
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<HlsConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         let config: HlsConfig = config(spec)?;
         let tools = match config.tool {
-            BuildTool::VitisHls => BTreeMap::from([(
+            HlsTool::VitisHls => BTreeMap::from([(
                 "vitis_hls".to_owned(),
                 self.versions.of("vitis_hls", "-version"),
             )]),
@@ -207,12 +287,12 @@ impl Executor for HlsKind {
 
     fn describe(&self, spec: &NodeSpec) -> String {
         match config::<HlsConfig>(spec) {
-            Ok(c) if c.tool == BuildTool::VitisHls => format!("vitis_hls -f hls.tcl  # {}", c.unit),
+            Ok(c) if c.tool == HlsTool::VitisHls => format!("vitis_hls -f hls.tcl  # {}", c.unit.0),
             Ok(c) => format!(
                 "{} {} hw/accelerators/{}/*.cpp -o plugin.so",
                 compiler(&c),
                 emulated::COMPILE_FLAGS.join(" "),
-                c.unit
+                c.unit.0
             ),
             Err(e) => format!("<{e}>"),
         }
@@ -220,8 +300,8 @@ impl Executor for HlsKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: HlsConfig = config(job.spec)?;
-        let unit_dir = job.root.join("hw/accelerators").join(&config.unit);
-        if config.tool == BuildTool::VitisHls {
+        let unit_dir = job.root.join(ACCELERATORS).join(&config.unit.0);
+        if config.tool == HlsTool::VitisHls {
             let script = vitis_script(&config, &unit_dir);
             let tcl = job.out_dir.join("hls.tcl");
             std::fs::write(&tcl, script).map_err(|e| failed(job.spec, e))?;
@@ -257,10 +337,10 @@ impl Executor for HlsKind {
 /// The Tcl that builds one HLS unit into an IP-catalog export, as a Vitis HLS user writes it.
 fn vitis_script(config: &HlsConfig, unit_dir: &Path) -> String {
     let part = config.part.as_deref().unwrap_or(DEFAULT_PART);
-    let source = unit_dir.join(format!("{}.cpp", config.unit));
+    let source = unit_dir.join(format!("{}.cpp", config.unit.0));
     format!(
         "open_project -reset {unit}_prj\nset_top frac_kernel_run\nadd_files {source} -cflags \"-I{include}\"\nopen_solution -reset solution1 -flow_target vivado\nset_part {part}\ncreate_clock -period 4\ncsynth_design\nexport_design -format ip_catalog -output ip\nexit\n",
-        unit = config.unit,
+        unit = config.unit.0,
         source = source.display(),
         include = unit_dir.parent().unwrap_or(unit_dir).display(),
     )
@@ -268,14 +348,42 @@ fn vitis_script(config: &HlsConfig, unit_dir: &Path) -> String {
 
 // -------------------------------------------------------------------------------------------------- weave
 
-#[derive(Debug, Deserialize)]
-struct WeaveConfig {
+/// `weave`: places the units into the cells of the shell and writes the design (`design.json`). It reads the
+/// shell and each unit's `unit.yaml` (declarations, no C++): list them in `inputs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WeaveConfig {
+    /// The shell: its cells and the modules each may hold, relative to the project root.
     #[serde(default = "default_shell")]
-    shell: String,
+    pub shell: String,
+    /// The directory of the units (one subdirectory each), relative to the project root.
     #[serde(default = "default_units")]
-    units: String,
+    pub units: String,
+    /// The flow: `emulated` (default) or `spinhdl`.
     #[serde(default)]
-    tool: BuildTool,
+    pub tool: WeaveTool,
+}
+
+impl WeaveConfig {
+    fn check(&self, root: &Path) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        if !root.join(&self.shell).is_file() {
+            problems.push(
+                ConfigProblem::key("shell", format!("shell `{}` is not a file", self.shell))
+                    .with_hint(Some("`shell` is relative to the project root".to_owned())),
+            );
+        }
+        if !root.join(&self.units).is_dir() {
+            problems.push(
+                ConfigProblem::key(
+                    "units",
+                    format!("units directory `{}` is not a directory", self.units),
+                )
+                .with_hint(Some("`units` is relative to the project root".to_owned())),
+            );
+        }
+        problems
+    }
 }
 
 fn default_shell() -> String {
@@ -283,7 +391,7 @@ fn default_shell() -> String {
 }
 
 fn default_units() -> String {
-    "hw/accelerators".to_owned()
+    ACCELERATORS.to_owned()
 }
 
 #[derive(Debug, Default)]
@@ -292,10 +400,18 @@ pub struct WeaveKind {
 }
 
 impl Executor for WeaveKind {
+    fn check(&self, spec: &NodeSpec, root: &Path) -> Vec<ConfigProblem> {
+        check_with::<WeaveConfig>(spec, |c| c.check(root))
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<WeaveConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         let config: WeaveConfig = config(spec)?;
         let tools = match config.tool {
-            BuildTool::Spinhdl => BTreeMap::from([(
+            WeaveTool::Spinhdl => BTreeMap::from([(
                 "spinhdl".to_owned(),
                 self.versions.of("spinhdl", "--version"),
             )]),
@@ -310,7 +426,7 @@ impl Executor for WeaveKind {
 
     fn describe(&self, spec: &NodeSpec) -> String {
         match config::<WeaveConfig>(spec) {
-            Ok(c) if c.tool == BuildTool::Spinhdl => {
+            Ok(c) if c.tool == WeaveTool::Spinhdl => {
                 "spinhdl --parallel N weave spinhdl.yaml --units spin.yaml --static static.yaml"
                     .to_owned()
             }
@@ -321,7 +437,7 @@ impl Executor for WeaveKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: WeaveConfig = config(job.spec)?;
-        if config.tool == BuildTool::Spinhdl {
+        if config.tool == WeaveTool::Spinhdl {
             let parallel = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1)
@@ -363,17 +479,30 @@ impl Executor for WeaveKind {
 
 // ----------------------------------------------------------------------------------------------- partials
 
-#[derive(Debug, Deserialize)]
-struct PartialsConfig {
-    unit: String,
+/// `partials`: the partial bitstreams of one unit, `icap/cXX_fYY.bin` for each cell that may hold it. It reads
+/// the design from its `weave` dependency and the kernel from its `hls` dependency.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartialsConfig {
+    /// The unit whose partials are made (as in its `hls` dependency).
+    pub unit: UnitName,
+    /// The flow: `emulated` (default) or `spinhdl` (`spinhdl spin UNIT` against each cell's abstract shell).
     #[serde(default)]
-    tool: BuildTool,
+    pub tool: WeaveTool,
 }
 
 #[derive(Debug, Default)]
 pub struct PartialsKind;
 
 impl Executor for PartialsKind {
+    fn check(&self, spec: &NodeSpec, root: &Path) -> Vec<ConfigProblem> {
+        check_with::<PartialsConfig>(spec, |c| check_unit(&c.unit.0, root))
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<PartialsConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         config::<PartialsConfig>(spec)?;
         Ok(KindInfo {
@@ -385,13 +514,13 @@ impl Executor for PartialsKind {
 
     fn describe(&self, spec: &NodeSpec) -> String {
         match config::<PartialsConfig>(spec) {
-            Ok(c) if c.tool == BuildTool::Spinhdl => format!(
+            Ok(c) if c.tool == WeaveTool::Spinhdl => format!(
                 "spinhdl spin {} --shell build/frac/abstract_shell/ab_sh_cNN_bbx_inst.dcp --cell CNN --out-dir . (each cell)",
-                c.unit
+                c.unit.0
             ),
             Ok(c) => format!(
                 "partials of {} for every cell that may hold it -> icap/cXX_fYY.bin",
-                c.unit
+                c.unit.0
             ),
             Err(e) => format!("<{e}>"),
         }
@@ -399,7 +528,8 @@ impl Executor for PartialsKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: PartialsConfig = config(job.spec)?;
-        if config.tool == BuildTool::Spinhdl {
+        let unit_name = config.unit.0.as_str();
+        if config.tool == WeaveTool::Spinhdl {
             // The real flow has no design.json: the cells come from the shell's declarations.
             let design = emulated::weave(
                 &job.root.join(default_shell()),
@@ -409,7 +539,7 @@ impl Executor for PartialsKind {
             for cell in design
                 .cells
                 .iter()
-                .filter(|c| c.rms.iter().any(|rm| rm.unit == config.unit))
+                .filter(|c| c.rms.iter().any(|rm| rm.unit == unit_name))
             {
                 let shell = format!(
                     "build/frac/abstract_shell/ab_sh_c{:02}_bbx_inst.dcp",
@@ -417,7 +547,7 @@ impl Executor for PartialsKind {
                 );
                 let args: Vec<String> = vec![
                     "spin".into(),
-                    config.unit.clone(),
+                    unit_name.to_owned(),
                     "--shell".into(),
                     shell,
                     "--cell".into(),
@@ -433,11 +563,11 @@ impl Executor for PartialsKind {
             .map_err(|e| failed(job.spec, e))?;
         let unit = dep_units(job)?
             .into_iter()
-            .find(|u| u.spec.name == config.unit)
+            .find(|u| u.spec.name == unit_name)
             .ok_or_else(|| {
                 failed(
                     job.spec,
-                    format!("no `hls` dependency compiled `{}`", config.unit),
+                    format!("no `hls` dependency compiled `{unit_name}`"),
                 )
             })?;
         let written = emulated::partials_for_unit(&design, &unit, job.out_dir)
@@ -450,16 +580,28 @@ impl Executor for PartialsKind {
 
 // -------------------------------------------------------------------------------------------------- image
 
-#[derive(Debug, Deserialize)]
-struct ImageConfig {
+/// `image`: the full image `jtag/frac.bit`, from the design of its `weave` dependency and the kernels of all its
+/// `hls` dependencies; or, with `bypass: true`, the bypass image `bypass/frac.bit` (no fRAC; no dependencies).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageConfig {
+    /// Make the bypass image instead of the full image.
     #[serde(default)]
-    bypass: bool,
+    pub bypass: bool,
 }
 
 #[derive(Debug, Default)]
 pub struct ImageKind;
 
 impl Executor for ImageKind {
+    fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        check_with::<ImageConfig>(spec, |_| Vec::new())
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<ImageConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         config::<ImageConfig>(spec)?;
         Ok(KindInfo {
@@ -498,39 +640,106 @@ impl Executor for ImageKind {
 
 // ------------------------------------------------------------------------------------------------ program
 
-#[derive(Debug, Deserialize)]
-struct ProgramConfig {
-    image: Option<String>,
-    addr: String,
+/// `program`: programs the device at `addr` with a full image (a side effect: it runs whenever its dependents
+/// do).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramConfig {
+    /// A full image file, relative to the project root (default: `jtag/frac.bit`, or `bypass/frac.bit`, of the
+    /// `image` dependency).
     #[serde(default)]
-    tool: ProgramTool,
-    /// Real flow: the programming script, its environment and the board's readiness checks.
+    pub image: Option<String>,
+    /// The device, `HOST:PORT`.
+    pub addr: DeviceAddr,
+    /// The flow: `emulated` (default: the emulator's management channel) or `vivado` (the programming script,
+    /// then ping until the board answers, then settle).
+    #[serde(default)]
+    pub tool: ProgramTool,
+    /// Real flow: the programming script, relative to the project root (default `scripts/programfpga.sh`).
     #[serde(default = "default_programfpga")]
-    programfpga: String,
-    vivado_root: Option<String>,
-    hw_target: Option<String>,
+    pub programfpga: String,
+    /// Real flow: `VIVADO_ROOT` for the script.
+    #[serde(default)]
+    pub vivado_root: Option<String>,
+    /// Real flow: `HW_TARGET` for the script (the JTAG target).
+    #[serde(default)]
+    pub hw_target: Option<String>,
+    /// Real flow: seconds to wait after the board answers ping (default 10).
     #[serde(default = "default_settle")]
-    settle_s: f64,
+    pub settle_s: cfg::Number,
+    /// Real flow: seconds to wait for the board to answer ping after programming (default 90).
     #[serde(default = "default_ready_timeout")]
-    ready_timeout_s: f64,
+    pub ready_timeout_s: cfg::Number,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum ProgramTool {
-    #[default]
-    Emulated,
-    Vivado,
+impl ProgramConfig {
+    fn check(&self, root: &Path) -> Vec<ConfigProblem> {
+        match &self.image {
+            Some(image) if !root.join(image).is_file() => vec![
+                ConfigProblem::key("image", format!("image `{image}` is not a file")).with_hint(
+                    Some(
+                        "`image` is relative to the project root; leave it out to program the image of the `image` dependency"
+                            .to_owned(),
+                    ),
+                ),
+            ],
+            _ => Vec::new(),
+        }
+    }
+}
+
+cfg::words! {
+    /// The flow of a `program` node.
+    ProgramTool {
+        #[default]
+        Emulated = "emulated",
+        Vivado = "vivado",
+    }
+}
+
+/// The device's network address, `HOST:PORT` (a name is resolved when the node runs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct DeviceAddr(pub String);
+
+impl<'de> Deserialize<'de> for DeviceAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<DeviceAddr, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let valid = text.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.contains(char::is_whitespace)
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if valid {
+            Ok(DeviceAddr(text))
+        } else {
+            Err(serde::de::Error::custom(format_args!(
+                "expected a device address `HOST:PORT` (e.g. `127.0.0.1:7000`), found `{text}`"
+            )))
+        }
+    }
+}
+
+impl JsonSchema for DeviceAddr {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DeviceAddr".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({ "type": "string", "description": "`HOST:PORT`, e.g. `127.0.0.1:7000`." })
+    }
 }
 
 fn default_programfpga() -> String {
     "scripts/programfpga.sh".to_owned()
 }
-fn default_settle() -> f64 {
-    10.0
+fn default_settle() -> cfg::Number {
+    cfg::Number(10.0)
 }
-fn default_ready_timeout() -> f64 {
-    90.0
+fn default_ready_timeout() -> cfg::Number {
+    cfg::Number(90.0)
 }
 
 /// Between readiness pings, as the artifact's `run.py` waits.
@@ -573,6 +782,14 @@ fn socket(spec: &NodeSpec, addr: &str) -> Result<SocketAddr, NodeError> {
 }
 
 impl Executor for ProgramKind {
+    fn check(&self, spec: &NodeSpec, root: &Path) -> Vec<ConfigProblem> {
+        check_with::<ProgramConfig>(spec, |c| c.check(root))
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<ProgramConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         config::<ProgramConfig>(spec)?;
         Ok(KindInfo {
@@ -589,12 +806,12 @@ impl Executor for ProgramKind {
                 c.hw_target.as_deref().unwrap_or(""),
                 c.vivado_root.as_deref().unwrap_or(""),
                 c.programfpga,
-                c.addr,
-                c.settle_s
+                c.addr.0,
+                c.settle_s.0
             ),
             Ok(c) => format!(
                 "program the emulated device at {} (management channel)",
-                c.addr
+                c.addr.0
             ),
             Err(e) => format!("<{e}>"),
         }
@@ -608,11 +825,11 @@ impl Executor for ProgramKind {
         if config.tool == ProgramTool::Vivado {
             program_real(job, &config, &image)?;
         } else {
-            let report = fracflow_emulator::program(socket(job.spec, &config.addr)?, &image)
+            let report = fracflow_emulator::program(socket(job.spec, &config.addr.0)?, &image)
                 .map_err(|e| {
                     NodeError::transient(format!(
                         "node `{}`: device {}: {e}",
-                        job.spec.id, config.addr
+                        job.spec.id, config.addr.0
                     ))
                 })?;
             append_log(
@@ -625,7 +842,7 @@ impl Executor for ProgramKind {
             );
         }
         // What dependents key on: the image now in the device, not when it was programmed.
-        let record = serde_json::json!({"image_sha": image_hash, "addr": config.addr});
+        let record = serde_json::json!({"image_sha": image_hash, "addr": config.addr.0});
         std::fs::write(job.out_dir.join("programmed.json"), record.to_string())
             .map_err(|e| failed(job.spec, e))?;
         Ok(Outcome::default())
@@ -635,11 +852,11 @@ impl Executor for ProgramKind {
 /// `programfpga.sh IMAGE` with `VIVADO_ROOT` and `HW_TARGET`, then ping the board until it answers
 /// (every 2 s up to the ready timeout), then let the link settle.
 fn program_real(job: &Job<'_>, config: &ProgramConfig, image: &Path) -> Result<(), NodeError> {
-    let host = config
-        .addr
+    let addr = &config.addr.0;
+    let host = addr
         .rsplit_once(':')
         .map(|(h, _)| h)
-        .unwrap_or(&config.addr)
+        .unwrap_or(addr)
         .to_owned();
     program_board(
         job,
@@ -649,8 +866,8 @@ fn program_real(job: &Job<'_>, config: &ProgramConfig, image: &Path) -> Result<(
             hw_target: config.hw_target.clone().unwrap_or_default(),
             host,
             nic: None,
-            ready_timeout_s: config.ready_timeout_s,
-            settle_s: config.settle_s,
+            ready_timeout_s: config.ready_timeout_s.0,
+            settle_s: config.settle_s.0,
         },
         image,
     )
@@ -759,37 +976,156 @@ pub(crate) fn program_board(
 
 // --------------------------------------------------------------------------------------------------- load
 
-#[derive(Debug, Deserialize)]
-struct LoadConfig {
-    slot: u8,
-    partial: String,
-    addr: String,
-    #[serde(default = "default_chunk")]
-    chunk_size: usize,
-    #[serde(default = "default_hbm")]
-    hbm_addr: serde_json::Value,
+/// `load`: loads a partial bitstream into a slot of the device at `addr` through the reconfiguration
+/// controller: `WRITE_HBM` of `chunk_size` bytes each from `hbm_addr`, then `RECONF_ICAP`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadConfig {
+    /// The slot (cell) to reload, 0–3.
+    pub slot: cfg::Slot,
+    /// The partial's file name (e.g. `c00_f00.bin`), found in a dependency's `icap/` outputs.
+    pub partial: FileName,
+    /// The device, `HOST:PORT`.
+    pub addr: DeviceAddr,
+    /// Bytes per `WRITE_HBM`: 64–256, a multiple of 64 (default 256).
+    #[serde(default)]
+    pub chunk_size: ChunkSize,
+    /// Where the partial is staged in HBM: 32-byte aligned, below 2^33 (default `0x10004000`).
+    #[serde(default)]
+    pub hbm_addr: HbmAddr,
 }
 
-fn default_chunk() -> usize {
-    256
-}
-fn default_hbm() -> serde_json::Value {
-    serde_json::json!("0x10004000")
+/// Bytes per `WRITE_HBM`: the reconfiguration controller's limits (`fracflow_proto::limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ChunkSize(pub usize);
+
+impl Default for ChunkSize {
+    fn default() -> ChunkSize {
+        ChunkSize(limits::DEFAULT_CHUNK_SIZE)
+    }
 }
 
-fn hbm_address(spec: &NodeSpec, value: &serde_json::Value) -> Result<u64, NodeError> {
-    match value {
-        serde_json::Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| failed(spec, format!("hbm_addr {n} is not a whole number"))),
-        serde_json::Value::String(text) => {
-            let parsed = match text.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => text.parse(),
-            };
-            parsed.map_err(|e| failed(spec, format!("hbm_addr `{text}`: {e}")))
+impl<'de> Deserialize<'de> for ChunkSize {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ChunkSize, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let size = integer_of(&value).and_then(|v| usize::try_from(v).ok());
+        match size {
+            Some(size)
+                if (limits::MIN_CHUNK_SIZE..=limits::MAX_CHUNK_SIZE).contains(&size)
+                    && size % limits::LINE == 0 =>
+            {
+                Ok(ChunkSize(size))
+            }
+            _ => Err(custom_with_hint(
+                format_args!(
+                    "expected a chunk size of 64, 128, 192 or 256 bytes, found `{}`",
+                    shown(&value)
+                ),
+                Some(format!(
+                    "the reconfiguration controller takes {}–{} bytes per write, in multiples of {}",
+                    limits::MIN_CHUNK_SIZE,
+                    limits::MAX_CHUNK_SIZE,
+                    limits::LINE
+                )),
+            )),
         }
-        other => Err(failed(spec, format!("hbm_addr {other} is not a number"))),
+    }
+}
+
+impl JsonSchema for ChunkSize {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ChunkSize".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        cfg::or_template(serde_json::json!({ "type": "integer", "enum": [64, 128, 192, 256] }))
+    }
+}
+
+/// An HBM address: 32-byte aligned, below 2^33; an integer or text (`"0x10004000"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct HbmAddr(pub u64);
+
+impl Default for HbmAddr {
+    fn default() -> HbmAddr {
+        HbmAddr(limits::DEFAULT_HBM_ADDR)
+    }
+}
+
+impl<'de> Deserialize<'de> for HbmAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<HbmAddr, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let addr = integer_of(&value).and_then(|v| u64::try_from(v).ok());
+        match addr {
+            Some(addr) if addr % limits::HBM_ALIGN == 0 && addr >> limits::HBM_ADDR_BITS == 0 => {
+                Ok(HbmAddr(addr))
+            }
+            Some(addr) => Err(custom_with_hint(
+                format_args!(
+                    "expected a 32-byte aligned HBM address below 2^33, found `{addr:#x}`"
+                ),
+                Some(format!("the default is `{:#x}`", limits::DEFAULT_HBM_ADDR)),
+            )),
+            None => Err(serde::de::Error::custom(format_args!(
+                "expected a 32-byte aligned HBM address below 2^33 (e.g. `0x10004000`), found `{}`",
+                shown(&value)
+            ))),
+        }
+    }
+}
+
+impl JsonSchema for HbmAddr {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HbmAddr".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "description": "`0x…` hexadecimal, a decimal integer expression, or a template." }
+            ]
+        })
+    }
+}
+
+/// A file name without a directory (`c00_f00.bin`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct FileName(pub String);
+
+impl<'de> Deserialize<'de> for FileName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<FileName, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if !text.is_empty() && !text.contains(['/', '\\']) && text != "." && text != ".." {
+            return Ok(FileName(text));
+        }
+        let hint = text
+            .rsplit_once('/')
+            .filter(|(_, name)| !name.is_empty())
+            .map(|(_, name)| format!("write the name alone, `{name}`: it is looked up in the `icap/` outputs of the dependencies"));
+        Err(custom_with_hint(
+            format_args!("expected a file name such as `c00_f00.bin`, found `{text}`"),
+            hint,
+        ))
+    }
+}
+
+impl JsonSchema for FileName {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "FileName".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({ "type": "string" })
     }
 }
 
@@ -797,9 +1133,16 @@ fn hbm_address(spec: &NodeSpec, value: &serde_json::Value) -> Result<u64, NodeEr
 pub struct LoadKind;
 
 impl Executor for LoadKind {
+    fn check(&self, spec: &NodeSpec, _root: &Path) -> Vec<ConfigProblem> {
+        check_with::<LoadConfig>(spec, |_| Vec::new())
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        cfg::schema_of::<LoadConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        let config: LoadConfig = config(spec)?;
-        hbm_address(spec, &config.hbm_addr)?;
+        config::<LoadConfig>(spec)?;
         Ok(KindInfo {
             version: 1,
             tools: BTreeMap::new(),
@@ -810,15 +1153,8 @@ impl Executor for LoadKind {
     fn describe(&self, spec: &NodeSpec) -> String {
         match config::<LoadConfig>(spec) {
             Ok(c) => format!(
-                "reconfslots -addr {} -slot {} -chunk-size {} -hbm-addr {} -query-status {}",
-                c.addr,
-                c.slot,
-                c.chunk_size,
-                c.hbm_addr
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| c.hbm_addr.to_string()),
-                c.partial
+                "reconfslots -addr {} -slot {} -chunk-size {} -hbm-addr {:#x} -query-status {}",
+                c.addr.0, c.slot.0, c.chunk_size.0, c.hbm_addr.0, c.partial.0
             ),
             Err(e) => format!("<{e}>"),
         }
@@ -826,31 +1162,28 @@ impl Executor for LoadKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: LoadConfig = config(job.spec)?;
-        let relative = format!("icap/{}", config.partial);
+        let (slot, name) = (config.slot.0, &config.partial.0);
+        let relative = format!("icap/{name}");
         let partial = dep_with(job, &relative)?.join(&relative);
         let report = fracflow_emulator::load_partial(
-            socket(job.spec, &config.addr)?,
-            config.slot,
+            socket(job.spec, &config.addr.0)?,
+            slot,
             &partial,
-            config.chunk_size,
-            hbm_address(job.spec, &config.hbm_addr)?,
+            config.chunk_size.0,
+            config.hbm_addr.0,
         )
-        .map_err(|e| {
-            failed(
-                job.spec,
-                format!("loading {} into slot {}: {e}", config.partial, config.slot),
-            )
-        })?;
+        .map_err(|e| failed(job.spec, format!("loading {name} into slot {slot}: {e}")))?;
         append_log(
             job,
             &format!(
-                "loaded {} into slot {}: upload {:?}, reconf {:?}, query {:?}\n",
-                config.partial, config.slot, report.upload, report.reconf, report.query
+                "loaded {name} into slot {slot}: upload {:?}, reconf {:?}, query {:?}\n",
+                report.upload, report.reconf, report.query
             ),
         );
         let partial_hash =
             fracflow_core::statcache::hash_file(&partial).map_err(|e| failed(job.spec, e))?;
-        let record = serde_json::json!({"slot": config.slot, "partial": config.partial, "partial_sha": partial_hash});
+        let record =
+            serde_json::json!({"slot": slot, "partial": name, "partial_sha": partial_hash});
         std::fs::write(job.out_dir.join("loaded.json"), record.to_string())
             .map_err(|e| failed(job.spec, e))?;
         let metrics = BTreeMap::from([

@@ -3,6 +3,7 @@
 
 pub mod analysis;
 pub mod command;
+pub mod config;
 pub mod fperf;
 #[cfg(test)]
 mod fperf_adapter_tests;
@@ -17,19 +18,7 @@ pub mod testbed;
 
 use std::collections::BTreeMap;
 
-use fracflow_core::{Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
-
-/// The node's config as `T`, without the node-local `params` the loader adds beside the kind's keys.
-pub fn kind_config<T: serde::de::DeserializeOwned>(spec: &NodeSpec) -> Result<T, NodeError> {
-    let object: serde_json::Map<String, serde_json::Value> = spec
-        .config
-        .iter()
-        .filter(|(k, _)| k.as_str() != "params")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    serde_json::from_value(serde_json::Value::Object(object))
-        .map_err(|e| NodeError::permanent(format!("node `{}` (at {}): {e}", spec.id, spec.origin)))
-}
+use fracflow_core::{ConfigProblem, Executor, KindInfo, Kinds, NodeError, NodeSpec, Outcome};
 
 /// Every kind this build knows, by name.
 pub struct Registry {
@@ -99,13 +88,27 @@ impl Kinds for Registry {
     fn executor(&self, kind: &str) -> Option<&dyn Executor> {
         self.kinds.get(kind).map(|b| b.as_ref())
     }
+    fn names(&self) -> Vec<&str> {
+        self.kinds.keys().copied().collect()
+    }
 }
 
 /// A node that only gathers its dependencies (a target's anchor); its result is their outputs' hashes.
 #[derive(Debug)]
 struct GroupKind;
 
+/// `group`: does nothing itself; it gathers its `deps` (e.g. to name them in a target).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GroupConfig {}
+
 impl Executor for GroupKind {
+    fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
+        config::check_with::<GroupConfig>(spec, |_| Vec::new())
+    }
+    fn config_schema(&self) -> serde_json::Value {
+        config::schema_of::<GroupConfig>()
+    }
     fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         Ok(KindInfo {
             version: 1,
@@ -208,11 +211,16 @@ mod tests {
     /// Here rather than in the end-to-end tests: a test binary that links this crate links polars (through
     /// aggregation), and this crate's unit tests are one already.
     #[test]
-    fn every_kind_the_loader_accepts_has_an_executor_and_back() {
-        let mut loader: Vec<&str> = fracflow_loader::known_kinds().to_vec();
-        let mut executors: Vec<&str> = super::Registry::builtin().names().collect();
-        loader.sort_unstable();
-        executors.sort_unstable();
-        assert_eq!(loader, executors);
+    fn the_pipeline_schema_offers_exactly_the_kinds_the_registry_has() {
+        let registry = super::Registry::builtin();
+        let schema = fracflow_loader::json_schema(&registry);
+        let offered: Vec<&str> = schema
+            .pointer("/$defs/Node/properties/kind/enum")
+            .and_then(|v| v.as_array())
+            .map(|names| names.iter().filter_map(|n| n.as_str()).collect())
+            .unwrap_or_default();
+        let registered: Vec<&str> = registry.names().collect();
+        assert_eq!(offered, registered);
+        assert_eq!(registered.len(), 12, "{registered:?}");
     }
 }

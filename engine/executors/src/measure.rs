@@ -17,75 +17,136 @@ use fracflow_client::{
     ClientConfig, ClientError, FperfConsole, JsonLines, Observer, RunReport, RunStatus, Sample,
     SecondRecord,
 };
-use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
+use fracflow_core::{
+    ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, PathSegment,
+};
 use fracflow_record::measure::{
     CONSOLE_FILE, EmbeddedReport, FperfReport, MeasureSource, MeasureSummary, MemberClient,
     MemberSummary, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
+
+use crate::config::{self, Count, Whole};
 
 use crate::testbed::{DeviceState, Session};
 
-#[derive(Debug, Deserialize)]
+/// `measure`: runs the embedded load client in-process with fperf's flags against the testbed's device (after
+/// programming `image` and loading `slots` unless the device already holds them), a fixed `addr`, or a fresh CPU
+/// baseline server; keeps its fperf-format console log, per-second records, per-request samples (Parquet) and a
+/// summary.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct MeasureConfig {
-    /// A fixed `HOST:PORT`; default: the testbed's device.
-    addr: Option<String>,
-    fperf: FperfArgs,
-    /// The artifact's `instances`: one client per slot 0..k, each with `clients / k` threads.
-    instances: Option<u32>,
-    clients: Option<u32>,
-    /// The full image to program first, a file of the `image` dependency (`jtag/frac.bit`).
-    image: Option<String>,
-    /// Slot → partial (`c00_f00.bin`) from a `partials` dependency, loaded first unless already there.
+pub struct MeasureConfig {
+    /// A fixed device (or server) `IP:PORT`; default: the testbed's device (an emulated testbed starts one).
     #[serde(default)]
-    slots: BTreeMap<String, String>,
-    /// Measure a fresh CPU baseline server instead of the device.
-    server: Option<ServerConfig>,
-    /// A synthetic trace replayed with `-E` (written as `trace.csv`).
-    trace: Option<TraceConfig>,
-    /// Labels for aggregation (`series: fRAC`), beside the sweep point.
+    pub addr: Option<Target>,
+    /// fperf's arguments without `-c`/`-p`, e.g. `-t rr -d {d} -n {n} -m {m} -X {m} -R 64 -Z 1 -K {slot}`; a
+    /// list runs one client per entry at the same time (the artifact's `together`).
+    pub fperf: FperfArgs,
+    /// The artifact's `instances`: one client per slot 0..N at once, each with `clients / N` threads (`-n` and
+    /// `-K` are added to `fperf`).
     #[serde(default)]
-    labels: BTreeMap<String, serde_json::Value>,
-    /// Labels of each client process when several run at once (one entry per `fperf` string or instance).
+    pub instances: Option<Count>,
+    /// Total client threads over the instances.
     #[serde(default)]
-    member_labels: Vec<BTreeMap<String, serde_json::Value>>,
-    skip_s: Option<u32>,
-    open_loop: Option<String>,
+    pub clients: Option<Count>,
+    /// The full image to program first: a file of the `image` dependency (`jtag/frac.bit`, `bypass/frac.bit`).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Slot → partial (`c00_f00.bin`) of a `partials` dependency, loaded first unless already in that slot.
+    #[serde(default)]
+    pub slots: BTreeMap<String, String>,
+    /// Measure a fresh CPU baseline server (`fracflow cpu-server -n CORES` on this host) instead of the device.
+    #[serde(default)]
+    pub server: Option<ServerConfig>,
+    /// Replay a synthetic trace with the Azure trace's apps and sizes (written as output `trace.csv`).
+    #[serde(default)]
+    pub trace: Option<TraceConfig>,
+    /// Labels for aggregation beside the sweep point, e.g. `{series: fRAC, clients: "{n}"}`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, serde_json::Value>,
+    /// Labels of each client process run at once (one entry per `fperf` string or instance), e.g. the function
+    /// each one drives; aggregation then splits the point by process.
+    #[serde(default)]
+    pub member_labels: Vec<BTreeMap<String, serde_json::Value>>,
+    /// Seconds at the start left out of the samples (warm-up).
+    #[serde(default)]
+    pub skip_s: Option<Whole>,
+    /// Open loop instead of fperf's closed loop: `RATE[:poisson|:fixed]` requests per second.
+    #[serde(default)]
+    pub open_loop: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A fixed measurement target: an IP address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target(pub SocketAddr);
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Target, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.trim().parse().map(Target).map_err(|_| {
+            config::custom_with_hint(
+                format_args!("expected an address `IP:PORT`, found `{text}`"),
+                Some("e.g. `127.0.0.1:7000` or `[::1]:7000`".to_owned()),
+            )
+        })
+    }
+}
+
+impl JsonSchema for Target {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Target".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "description": "`IP:PORT`, e.g. `127.0.0.1:7000`." })
+    }
+}
+
+/// One fperf argument string, or several run at once.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
-enum FperfArgs {
+pub enum FperfArgs {
     One(String),
     Together(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
+/// The CPU baseline server of a `measure` node.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ServerConfig {
+pub struct ServerConfig {
     /// Compute threads of the server (`fracflow cpu-server -n K`).
-    cores: usize,
+    pub cores: Count,
 }
 
-#[derive(Debug, Deserialize)]
+/// A synthetic trace for a `measure` node.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TraceConfig {
-    rows: usize,
+pub struct TraceConfig {
+    /// Requests in the trace.
+    pub rows: Count,
+    /// Generator seed.
     #[serde(default)]
-    seed: u64,
+    pub seed: u64,
 }
 
 fn config(spec: &NodeSpec) -> Result<MeasureConfig, NodeError> {
-    crate::kind_config(spec)
+    config::typed(spec)
 }
+
+/// Stands in for the device while flags are checked at load: the target is not known before the run.
+const CHECK_TARGET: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 1);
 
 impl MeasureConfig {
     /// Each client process's flags for the embedded client (without `-c`/`-p`), in member order.
     fn members(&self) -> Result<Vec<Vec<String>>, String> {
         let mut members = self.fperf_members()?;
         for args in &mut members {
-            if let Some(skip) = self.skip_s {
+            if let Some(Whole(skip)) = self.skip_s {
                 args.extend(["--skip".to_owned(), skip.to_string()]);
             }
             if let Some(rate) = &self.open_loop {
@@ -105,12 +166,14 @@ impl MeasureConfig {
             }
             FperfArgs::Together(list) => list.iter().map(|t| split(t)).collect(),
         };
-        if let Some(instances) = self.instances {
+        if let Some(Count(instances)) = self.instances {
             let [base] = members.as_slice() else {
                 return Err("`instances` takes one `fperf` string".to_owned());
             };
-            let clients = self.clients.ok_or("`instances` needs `clients`")?;
-            if instances == 0 || clients % instances != 0 {
+            let Some(Count(clients)) = self.clients else {
+                return Err("`instances` needs `clients` (the total over the instances)".to_owned());
+            };
+            if clients % instances != 0 {
                 return Err(format!(
                     "{clients} clients do not divide evenly over {instances} instances"
                 ));
@@ -126,22 +189,90 @@ impl MeasureConfig {
         }
         Ok(members)
     }
+
+    /// Every problem the run would meet before its first request: the shape of `fperf` and `instances`,
+    /// the slots, the member labels, and each client's flags.
+    fn check(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let not_a_slot = |s: &String| {
+            !s.parse::<u8>()
+                .is_ok_and(|n| n < fracflow_proto::limits::SLOT_COUNT)
+        };
+        for slot in self.slots.keys().filter(|s| not_a_slot(s)) {
+            let mut problem = ConfigProblem::at(
+                vec![
+                    PathSegment::Key("slots".to_owned()),
+                    PathSegment::Key(slot.clone()),
+                ],
+                format!("slot {slot} does not exist"),
+            )
+            .with_hint(Some("the device has four slots, 0–3".to_owned()));
+            problem.at_key = true;
+            problems.push(problem);
+        }
+        let members = match self.members() {
+            Ok(members) => members,
+            Err(why) => {
+                let key = if self.instances.is_some() {
+                    "instances"
+                } else {
+                    "fperf"
+                };
+                problems.push(ConfigProblem::key(key, why));
+                return problems;
+            }
+        };
+        if !self.member_labels.is_empty() && self.member_labels.len() != members.len() {
+            problems.push(ConfigProblem::key(
+                "member_labels",
+                format!(
+                    "`member_labels` has {} entries for {} client processes",
+                    self.member_labels.len(),
+                    members.len()
+                ),
+            ));
+        }
+        // The written flags first (at `fperf`), then what the node adds to them (at `open_loop`).
+        let written = self.fperf_members().unwrap_or_default();
+        let slots = fracflow_proto::limits::SLOT_COUNT;
+        for (index, (args, full)) in written.iter().zip(&members).enumerate() {
+            let (why, key) = match client_config(args, CHECK_TARGET, None) {
+                Err(why) => (why, "fperf"),
+                // The client takes any 16-bit slot; the device has four.
+                Ok(client) if client.slot >= u16::from(slots) => (
+                    format!("`-K {}`: the device has slots 0–{}", client.slot, slots - 1),
+                    "fperf",
+                ),
+                Ok(_) => match client_config(full, CHECK_TARGET, None) {
+                    Err(why) => (why, "open_loop"),
+                    Ok(_) => continue,
+                },
+            };
+            let mut path = vec![PathSegment::Key(key.to_owned())];
+            if key == "fperf" && matches!(self.fperf, FperfArgs::Together(_)) {
+                path.push(PathSegment::Index(index));
+            }
+            let problem = ConfigProblem::at(path, format!("fperf flags: {why}"));
+            // With `instances`, every member has the same flags: once is enough.
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+        problems
+    }
 }
 
-/// One client process's configuration against `addr` (`-c`/`-p` prepended; `-E` when replaying).
+/// One client process's configuration against `target` (`-c`/`-p` prepended; `-E` when replaying).
 fn client_config(
     args: &[String],
-    addr: &str,
+    target: SocketAddr,
     trace: Option<&PathBuf>,
 ) -> Result<ClientConfig, String> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("`{addr}` is not HOST:PORT"))?;
     let mut full = vec![
         "-c".to_owned(),
-        host.to_owned(),
+        target.ip().to_string(),
         "-p".to_owned(),
-        port.to_owned(),
+        target.port().to_string(),
     ];
     full.extend(args.iter().cloned());
     if let Some(trace) = trace {
@@ -195,22 +326,18 @@ impl MeasureKind {
 }
 
 impl Executor for MeasureKind {
+    fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
+        config::check_with::<MeasureConfig>(spec, MeasureConfig::check)
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        crate::config::schema_of::<MeasureConfig>()
+    }
+
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         let config = config(spec)?;
-        let members = config.members().map_err(|e| node_error(spec, e))?;
-        if !config.member_labels.is_empty() && config.member_labels.len() != members.len() {
-            return Err(node_error(
-                spec,
-                format!(
-                    "`member_labels` has {} entries for {} client processes",
-                    config.member_labels.len(),
-                    members.len()
-                ),
-            ));
-        }
-        // Bad flags are a load-time problem: report them before anything runs.
-        for args in &members {
-            client_config(args, "127.0.0.1:1", None).map_err(|e| node_error(spec, e))?;
+        if let Some(problem) = config.check().first() {
+            return Err(config::node_error(spec, problem));
         }
         let tools = BTreeMap::from([(
             "client".to_owned(),
@@ -228,8 +355,8 @@ impl Executor for MeasureKind {
             return "<invalid measure config>".to_owned();
         };
         let target = match (&config.server, &config.addr) {
-            (Some(server), _) => format!("a fresh cpu-server -n {}", server.cores),
-            (None, Some(addr)) => addr.clone(),
+            (Some(server), _) => format!("a fresh cpu-server -n {}", server.cores.0),
+            (None, Some(addr)) => addr.0.to_string(),
             (None, None) => "the testbed's device".to_owned(),
         };
         match config.members() {
@@ -251,8 +378,11 @@ impl Executor for MeasureKind {
         let trace = match &config.trace {
             Some(t) => {
                 let path = job.out_dir.join("trace.csv");
-                std::fs::write(&path, fracflow_client::synthetic_trace(t.rows, t.seed))
-                    .map_err(io)?;
+                std::fs::write(
+                    &path,
+                    fracflow_client::synthetic_trace(t.rows.0 as usize, t.seed),
+                )
+                .map_err(io)?;
                 Some(path)
             }
             None => None,
@@ -260,31 +390,29 @@ impl Executor for MeasureKind {
         // A CPU baseline gets a fresh server per point: the artifact's server leaks request buffers.
         let mut server = None;
         let target = if let Some(s) = &config.server {
-            let started = self.start_server(job, s.cores)?;
-            let addr = started.addr().to_string();
+            let started = self.start_server(job, s.cores.0 as usize)?;
+            let addr = started.addr();
             server = Some(started);
             addr
-        } else if let Some(addr) = &config.addr {
-            addr.clone()
+        } else if let Some(Target(addr)) = config.addr {
+            addr
         } else {
             let session = self.session.as_ref().ok_or_else(|| {
                 node_error(spec, "no testbed session and no `addr`: nothing to measure")
             })?;
-            session
-                .prepare(&self.wanted_state(job, &config)?, job, &mut actions)?
-                .to_string()
+            session.prepare(&self.wanted_state(job, &config)?, job, &mut actions)?
         };
         let mut adapted = Vec::new();
         let runs = match self.real_fperf() {
             Some(client) => {
-                let runs = self.run_real_fperf(job, &config, client, &target, trace.as_ref());
+                let runs = self.run_real_fperf(job, &config, client, target, trace.as_ref());
                 if let Some(server) = server {
                     server.stop(job)?;
                 }
                 runs?
             }
             None => {
-                let (runs, notes) = self.run_embedded(job, &members, &target, trace.as_ref());
+                let (runs, notes) = self.run_embedded(job, &members, target, trace.as_ref());
                 adapted = notes;
                 if let Some(server) = server {
                     server.stop(job)?;
@@ -333,7 +461,7 @@ impl Executor for MeasureKind {
             version: MeasureSummary::VERSION,
             point: spec.point.clone(),
             labels: config.labels.clone(),
-            source: self.source(&config, &target),
+            source: self.source(&config, target),
             device: actions,
             adapted,
             requests,
@@ -491,7 +619,7 @@ impl MeasureKind {
         &self,
         job: &Job<'_>,
         members: &[Vec<String>],
-        target: &str,
+        target: SocketAddr,
         trace: Option<&PathBuf>,
     ) -> (Result<Vec<MemberRun>, NodeError>, Vec<String>) {
         let spec = job.spec;
@@ -553,7 +681,7 @@ impl MeasureKind {
         job: &Job<'_>,
         config: &MeasureConfig,
         client: &crate::testbed::ClientProfile,
-        target: &str,
+        target: SocketAddr,
         trace: Option<&PathBuf>,
     ) -> Result<Vec<MemberRun>, NodeError> {
         let spec = job.spec;
@@ -569,10 +697,7 @@ impl MeasureKind {
         }
         session.ensure_root()?;
         let profile = session.profile();
-        let (host, port) = target
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
-            .ok_or_else(|| node_error(spec, format!("`{target}` is not HOST:PORT")))?;
+        let (host, port) = (target.ip().to_string(), target.port());
         let board_nic = profile.board.as_ref().map_or("", |b| b.nic.as_str());
         let nic = crate::testbed::client_nic(board_nic, &host).map_err(|e| node_error(spec, e))?;
         // fperf's own flags: the embedded client's `--skip` becomes the adapter's warm-up cut.
@@ -598,7 +723,7 @@ impl MeasureKind {
             }
             inv.start_cpu = next_cpu;
             inv.trace = trace.cloned();
-            inv.skip_s = config.skip_s.unwrap_or(0);
+            inv.skip_s = config.skip_s.map_or(0, |Whole(skip)| skip);
             next_cpu += inv.threads().map_err(|e| node_error(spec, e))? as usize;
             invocations.push(inv);
         }
@@ -719,7 +844,7 @@ impl MeasureKind {
             let slot: u8 = slot
                 .parse()
                 .ok()
-                .filter(|s| *s < 4)
+                .filter(|s| *s < fracflow_proto::limits::SLOT_COUNT)
                 .ok_or_else(|| node_error(job.spec, format!("slot `{slot}` is not 0–3")))?;
             want.slots.insert(
                 slot,
@@ -730,7 +855,7 @@ impl MeasureKind {
     }
 
     /// Where the numbers came from, for every table and figure made of them.
-    fn source(&self, config: &MeasureConfig, target: &str) -> MeasureSource {
+    fn source(&self, config: &MeasureConfig, target: SocketAddr) -> MeasureSource {
         let (testbed, kind) = match &self.session {
             Some(s) => (s.name().to_owned(), s.profile().kind.as_str()),
             None => ("none".to_owned(), "unknown"),
@@ -761,7 +886,7 @@ impl MeasureKind {
             testbed,
             testbed_kind: kind.to_owned(),
             host: crate::host::name(),
-            target: target.to_owned(),
+            target: target.to_string(),
             against,
             client: client.to_owned(),
         }

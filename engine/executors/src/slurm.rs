@@ -128,6 +128,23 @@ impl Executor for SlurmKind {
         format!("[slurm] {}", self.inner.describe(spec))
     }
 
+    // The job runs the same kind: its configuration is the inner kind's.
+    fn check(&self, spec: &NodeSpec, root: &Path) -> Vec<fracflow_core::ConfigProblem> {
+        self.inner.check(spec, root)
+    }
+
+    fn config_schema(&self) -> serde_json::Value {
+        self.inner.config_schema()
+    }
+
+    fn shell_fields(&self) -> &'static [&'static str] {
+        self.inner.shell_fields()
+    }
+
+    fn implied_outputs(&self, spec: &NodeSpec) -> Vec<String> {
+        self.inner.implied_outputs(spec)
+    }
+
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let spec = job.spec;
         let dir = job_dir(job).map_err(|e| failed(spec, e))?;

@@ -91,10 +91,7 @@ impl DeError {
 impl fmt::Display for DeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            DeErrorKind::Custom(text) => match split_hint(text) {
-                (message, Some(hint)) => write!(f, "{message} ({hint})"),
-                (message, None) => f.write_str(message),
-            },
+            DeErrorKind::Custom(text) => f.write_str(text),
             DeErrorKind::UnknownField { field, .. } => write!(f, "unknown key `{field}`"),
             DeErrorKind::UnknownVariant { variant, .. } => write!(f, "unknown variant `{variant}`"),
             DeErrorKind::MissingField(field) => write!(f, "missing required key `{field}`"),
@@ -187,28 +184,6 @@ impl de::Error for DeError {
 
     fn duplicate_field(field: &'static str) -> DeError {
         <DeError as de::Error>::custom(format_args!("key `{field}` appears twice"))
-    }
-}
-
-/// Joins a custom error's message and its hint (see [`custom_with_hint`]).
-const HINT_MARK: &str = "\u{1f}hint: ";
-
-/// A custom error that carries a hint ("did you mean …?"), shown after the caret.
-pub(crate) fn custom_with_hint<E: de::Error>(
-    message: impl fmt::Display,
-    hint: Option<String>,
-) -> E {
-    match hint {
-        Some(hint) => E::custom(format_args!("{message}{HINT_MARK}{hint}")),
-        None => E::custom(message),
-    }
-}
-
-/// A custom error's text and its hint, if it has one.
-pub(crate) fn split_hint(text: &str) -> (&str, Option<&str>) {
-    match text.split_once(HINT_MARK) {
-        Some((message, hint)) => (message, Some(hint)),
-        None => (text, None),
     }
 }
 

@@ -58,7 +58,7 @@ fn inspect(root: &Path, path: PathBuf) -> Option<PipelineEntry> {
         root: root.to_path_buf(),
         ..LoadOptions::default()
     };
-    let mut loader = Loader::new(root.to_path_buf(), &opts);
+    let mut loader = Loader::new(root.to_path_buf(), &opts, &crate::NoKinds);
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

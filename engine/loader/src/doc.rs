@@ -8,8 +8,7 @@ use schemars::{JsonSchema, json_schema};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::de::{OrderedMap, RawNode, Sp};
-use crate::kinds::NodeBody;
+use crate::de::{OrderedMap, RawNode, Sp, struct_fields};
 use crate::tree::Node;
 
 /// A fracflow pipeline file. Without `pipeline:` the file is a node set, usable from other files via `uses:`.
@@ -362,48 +361,6 @@ inline_schema!(OneOrMany, "ScalarOrList", |generator| {
     json_schema!({ "anyOf": [scalar, { "type": "array", "items": scalar }] })
 });
 
-/// A string, or a number or boolean taken as its text (env values, argv words).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Text(pub String);
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
-        struct TextVisitor;
-        impl Visitor<'_> for TextVisitor {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_bool<E>(self, b: bool) -> Result<Text, E> {
-                Ok(Text(b.to_string()))
-            }
-            fn visit_i64<E>(self, i: i64) -> Result<Text, E> {
-                Ok(Text(i.to_string()))
-            }
-            fn visit_u64<E>(self, u: u64) -> Result<Text, E> {
-                Ok(Text(u.to_string()))
-            }
-            fn visit_f64<E>(self, x: f64) -> Result<Text, E> {
-                Ok(Text(Scalar::Float(x).to_string()))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Text, E> {
-                Ok(Text(s.to_owned()))
-            }
-        }
-        deserializer.deserialize_any(TextVisitor)
-    }
-}
-
-impl Serialize for Text {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-inline_schema!(Text, "Text", |_| {
-    json_schema!({ "type": ["string", "number", "boolean"] })
-});
-
 /// `30s`, `5m`, `2h`, `250ms`, or a number of seconds.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DurationValue {
@@ -493,5 +450,31 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+    }
+}
+
+/// The keys every node has (from [`NodeCommon`]); the others are its kind's.
+pub(crate) fn common_fields() -> &'static [&'static str] {
+    struct_fields::<NodeCommon>()
+}
+
+/// A node's body as written: checked by [`NodeCommon`] here and by its kind's `check` once resolved. Its
+/// schema is the common keys; `json_schema` joins each kind's keys to them.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeBody(pub Node);
+
+impl<'de> Deserialize<'de> for NodeBody {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<NodeBody, D::Error> {
+        Node::deserialize(deserializer).map(NodeBody)
+    }
+}
+
+impl JsonSchema for NodeBody {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Node".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        NodeCommon::json_schema(generator)
     }
 }

@@ -7,15 +7,80 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
-use fracflow_core::{NodeSpec, Origin, Resource};
+use fracflow_core::{ConfigProblem, NodeSpec, Origin, PathSegment, Resource};
 use serde_json::Value;
 
 use crate::de::Sp;
 use crate::doc::{DurationValue, Scalar, parse_duration};
-use crate::load::{Axis, Decl, Loader, LocalAxis, NodeDef, Params, Scope};
+use crate::load::{Axis, Decl, Loader, LocalAxis, NodeDef, Params};
 use crate::sweep::{MAX_POINTS, Sweep};
 use crate::template::{self, TemplateError};
 use crate::tree::{Loc, Node, Val};
+
+/// A node's kind-specific settings, as they go into `NodeSpec::config`.
+pub(crate) type Config = BTreeMap<String, Value>;
+
+/// A kind's keys (a mapping) as the node's config.
+pub(crate) fn config_of(kind_map: &Node) -> Config {
+    match kind_map.to_json() {
+        Value::Object(map) => map.into_iter().collect(),
+        _ => Config::new(),
+    }
+}
+
+/// Where in the node's mapping `problem` is: the value its path leads to (the key, for a problem with the key),
+/// or, where the path leaves what was written (a key left to its default), the deepest mapping on the way.
+fn problem_loc(body: &Node, problem: &ConfigProblem, fallback: Loc) -> Loc {
+    let mut node = body;
+    let mut loc = fallback;
+    let last = problem.path.len().saturating_sub(1);
+    for (depth, segment) in problem.path.iter().enumerate() {
+        let next = match (segment, &node.val) {
+            (PathSegment::Key(key), Val::Map(_)) => node.entry(key).map(|(k, v)| {
+                if depth == last && problem.at_key {
+                    (k.loc, v)
+                } else {
+                    (v.loc, v)
+                }
+            }),
+            (PathSegment::Index(index), Val::Seq(items)) => items.get(*index).map(|v| (v.loc, v)),
+            _ => None,
+        };
+        match next {
+            Some((at, child)) => {
+                loc = at;
+                node = child;
+            }
+            None => break,
+        }
+    }
+    if loc.is_known() { loc } else { fallback }
+}
+
+/// A kind's problem as the loader words it: which value of which node, then what is wrong with it.
+fn problem_message(node: &str, problem: &ConfigProblem) -> String {
+    let dotted = |path: &[PathSegment]| {
+        path.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(".")
+    };
+    match problem.path.split_last() {
+        // The problem is the key itself: name the mapping it was found in.
+        Some((_, [])) if problem.at_key => format!("{} in node `{node}`", problem.message),
+        Some((_, parent)) if problem.at_key => format!(
+            "{} in `{}` of node `{node}`",
+            problem.message,
+            dotted(parent)
+        ),
+        Some(_) => format!(
+            "invalid `{}` in node `{node}`: {}",
+            dotted(&problem.path),
+            problem.message
+        ),
+        None => format!("{} in node `{node}`", problem.message),
+    }
+}
 
 /// Instances of a dependency by their values of the keys shared with a dependent.
 type DepIndex = HashMap<Vec<u32>, Vec<usize>>;
@@ -410,37 +475,16 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
         }
 
-        let mut config = match &def.fixed_config {
-            Some(config) => Ok(config.clone()),
+        let config = match &def.fixed_config {
+            Some(config) => Some(config.clone()),
             None => match render_tree(&mut r, &def.kind_map) {
-                Ok(rendered) => (def.kind.config)(&rendered).map_err(Some),
+                Ok(rendered) => Some(config_of(&rendered)),
                 Err(problem) => {
                     problems.push(problem);
-                    Err(None)
+                    None
                 }
             },
         };
-        let mut kind_problems = Vec::new();
-        if let (Ok(config), Some(check)) = (&config, def.kind.check) {
-            // A config without templates is the same for every instance: checked once.
-            if def.fixed_config.is_none() || self.checked.insert(def.name.clone()) {
-                kind_problems = check(config, &def.name, &self.lx.src.root);
-            }
-        }
-        if !def.params.is_empty() {
-            let mut resolved = serde_json::Map::new();
-            for (name, value) in &def.params {
-                match r.value(value) {
-                    Ok(v) => {
-                        resolved.insert(name.clone(), v);
-                    }
-                    Err(error) => problems.push((value.loc, error)),
-                }
-            }
-            if let Ok(config) = &mut config {
-                config.insert("params".to_owned(), Value::Object(resolved));
-            }
-        }
         let point: BTreeMap<String, Value> = point_pairs
             .iter()
             .map(|&(k, v)| (sweep.keys[k].clone(), sweep.values[k][v as usize].to_json()))
@@ -488,60 +532,18 @@ impl<'l, 'o> Expander<'l, 'o> {
         for (loc, message, hint) in late {
             self.lx.instance_error(loc, message, hint, None);
         }
-        for problem in kind_problems {
-            // At the key's value; a key left to its default, at the node's name.
-            let loc = def
-                .kind_map
-                .get(problem.key)
-                .map_or(def.name_loc, |v| v.loc);
-            self.lx
-                .instance_error(loc, problem.message, problem.hint, None);
-        }
-        let config = match config {
-            Ok(config) => config,
-            Err(Some(errors)) => {
-                for error in &errors {
-                    self.lx.instance_de_error(
-                        error,
-                        Scope::Node {
-                            name: &def.name,
-                            at: def.name_loc,
-                            kind: Some(def.kind),
-                        },
-                        def.name_loc,
-                        instance,
-                    );
-                }
-                BTreeMap::new()
-            }
-            Err(None) => BTreeMap::new(),
-        };
-        if let (Some(first), Some(why)) = (
-            def.common.outputs.first(),
-            (def.kind.outputs_forbidden)(&config),
-        ) {
-            self.lx.instance_error(
-                first.loc,
-                format!("node `{}` declares outputs but is an effect", def.name),
-                Some(why.to_owned()),
-                None,
-            );
-        }
-        for implied in (def.kind.implied_outputs)(&config) {
-            if !outputs.iter().any(|o| o == implied) {
-                outputs.push(implied.to_owned());
-            }
-        }
+        let shown_instance = instance.map(str::to_owned);
+        let resolved = config.is_some();
         let origin = Origin {
             file: self.lx.src.shown_path(def.name_loc.file).to_path_buf(),
             line: def.name_loc.line as usize,
             column: def.name_loc.col as usize,
         };
-        NodeSpec {
+        let mut spec = NodeSpec {
             id,
             name: def.name.clone(),
-            kind: def.kind.name.to_owned(),
-            config,
+            kind: def.kind.clone(),
+            config: config.unwrap_or_default(),
             point,
             deps,
             inputs,
@@ -551,7 +553,77 @@ impl<'l, 'o> Expander<'l, 'o> {
             timeout: durations[0],
             estimate: durations[1],
             origin,
+        };
+        if resolved && let Some(kind) = self.lx.kinds.executor(&def.kind) {
+            // A config without templates is the same for every instance: checked once, reported without an
+            // instance.
+            let fixed = def.fixed_config.is_some();
+            if !fixed || self.checked.insert(def.name.clone()) {
+                for problem in kind.check(&spec, &self.lx.src.root) {
+                    let loc = problem_loc(&def.body, &problem, def.name_loc);
+                    let hint = self
+                        .unknown_key_hint(def, &problem)
+                        .or_else(|| problem.hint.clone());
+                    self.lx.instance_error(
+                        loc,
+                        problem_message(&def.name, &problem),
+                        hint,
+                        shown_instance.as_deref().filter(|_| !fixed),
+                    );
+                }
+            }
+            for implied in kind.implied_outputs(&spec) {
+                if !spec.outputs.contains(&implied) {
+                    spec.outputs.push(implied);
+                }
+            }
         }
+        spec
+    }
+
+    /// For a key of the node's mapping that its kind does not know, a better hint than the kind can give: the
+    /// kind it belongs to, or the closest of every key the node may have (its kind's and the common ones).
+    fn unknown_key_hint(&self, def: &NodeDef, problem: &ConfigProblem) -> Option<String> {
+        let [PathSegment::Key(key)] = problem.path.as_slice() else {
+            return None;
+        };
+        if !problem.at_key || def.kind_map.get(key).is_none() {
+            return None;
+        }
+        let kinds = self.lx.kinds;
+        let keys_of = |kind: &str| -> Vec<String> {
+            kinds
+                .executor(kind)
+                .map(|k| k.config_schema())
+                .and_then(|schema| {
+                    schema
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .map(|props| props.keys().cloned().collect())
+                })
+                .unwrap_or_default()
+        };
+        let own = keys_of(&def.kind);
+        if own.contains(key) {
+            return None;
+        }
+        let owners: Vec<&str> = kinds
+            .names()
+            .into_iter()
+            .filter(|name| *name != def.kind && keys_of(name).contains(key))
+            .collect();
+        if !owners.is_empty() {
+            return Some(format!(
+                "`{key}` is a key of kind {}, not of kind `{}`",
+                crate::diag::list_names(owners),
+                def.kind
+            ));
+        }
+        let candidates = own
+            .iter()
+            .map(String::as_str)
+            .chain(crate::doc::common_fields().iter().copied());
+        crate::diag::did_you_mean(key, candidates)
     }
 
     /// The files an `inputs:` entry names (relative to the root; globs allowed), sorted.

@@ -32,7 +32,6 @@ mod diag;
 mod discover;
 mod doc;
 mod expand;
-mod kinds;
 mod load;
 mod schema;
 mod source;
@@ -45,7 +44,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use fracflow_core::{Graph, Pipeline};
+use fracflow_core::{Executor, Graph, Kinds, Pipeline};
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use discover::{PipelineEntry, discover};
@@ -146,6 +145,15 @@ pub fn parse_set(text: &str) -> Result<(String, serde_json::Value), String> {
     Ok((name.to_owned(), value))
 }
 
+/// A registry without kinds, for reading a pipeline's top (`discover`) where no node is checked.
+pub(crate) struct NoKinds;
+
+impl Kinds for NoKinds {
+    fn executor(&self, _kind: &str) -> Option<&dyn Executor> {
+        None
+    }
+}
+
 /// Whether `text` is written as a JSON number (`-12`, `3.5`, `1e400`), whatever its size.
 fn is_number_literal(text: &str) -> bool {
     let digits = text.strip_prefix('-').unwrap_or(text);
@@ -153,11 +161,6 @@ fn is_number_literal(text: &str) -> bool {
         && digits
             .chars()
             .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
-}
-
-/// The node kinds the loader accepts (`command`, `group`, …), for checking against the executor registry.
-pub fn known_kinds() -> Vec<&'static str> {
-    kinds::KINDS.iter().map(|k| k.name).collect()
 }
 
 /// A loaded pipeline and its validated DAG.
@@ -170,9 +173,10 @@ pub struct Loaded {
 }
 
 /// Loads the pipeline file `entry` (relative paths resolve against `opts.root`): reads it and everything it
-/// refers to, expands its nodes over the sweep, and checks the DAG. On failure, every problem found.
-pub fn load(entry: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
-    load::load(entry, opts)
+/// refers to, expands its nodes over the sweep, has `kinds` check every node's resolved configuration, and
+/// checks the DAG. On failure, every problem found.
+pub fn load(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Result<Loaded, Diagnostics> {
+    load::load(entry, opts, kinds)
 }
 
 #[cfg(test)]
@@ -194,27 +198,6 @@ mod tests {
         assert_eq!(
             parse_only("n=1,4").map(|f| f.to_string()),
             Ok("n=1,4".to_owned())
-        );
-    }
-
-    #[test]
-    fn kinds_are_listed() {
-        assert_eq!(
-            known_kinds(),
-            [
-                "command",
-                "group",
-                "hls",
-                "weave",
-                "partials",
-                "image",
-                "program",
-                "load",
-                "measure",
-                "aggregate",
-                "plot",
-                "check"
-            ]
         );
     }
 

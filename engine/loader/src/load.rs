@@ -4,13 +4,12 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use fracflow_core::{Graph, GraphError, Origin, Pipeline};
+use fracflow_core::{Graph, GraphError, Kinds, Origin, Pipeline};
 
-use crate::de::{DeError, DeErrorKind, Sp, deserialize_all, split_hint};
+use crate::de::{DeError, DeErrorKind, Sp, deserialize_all};
 use crate::diag::{Diagnostic, Diagnostics, did_you_mean, list_choices, list_names};
-use crate::doc::{AxisValues, Document, DurationValue, Foreach, NodeCommon, Scalar};
+use crate::doc::{AxisValues, Document, DurationValue, Foreach, NodeCommon, Scalar, common_fields};
 use crate::expand::{check_duration, check_output, check_resource};
-use crate::kinds::{self, KINDS, KindDef};
 use crate::source::Sources;
 use crate::sweep::{MAX_POINTS, Rule, Sweep};
 use crate::template::{self, TemplateError};
@@ -22,12 +21,8 @@ use crate::{LoadOptions, Loaded};
 pub(crate) enum Scope<'a> {
     /// The top level of a document.
     Top,
-    /// A node's keys (`kind` is known when the kind's own struct was being read).
-    Node {
-        name: &'a str,
-        at: Loc,
-        kind: Option<&'static KindDef>,
-    },
+    /// A node's keys.
+    Node { name: &'a str, at: Loc },
 }
 
 /// A global param: `params:` of the pipeline (after base and variant), of node sets, or `--set`.
@@ -88,11 +83,14 @@ pub(crate) struct NodeDef {
     pub name: String,
     pub name_loc: Loc,
     pub common: NodeCommon,
-    pub kind: &'static KindDef,
+    /// The kind's name, one the registry knows.
+    pub kind: String,
+    /// The node's whole mapping as written: the kind's problems are positioned in it.
+    pub body: Node,
     /// The kind's own keys, unresolved.
     pub kind_map: Node,
     /// The config when no kind key holds a template (then it is the same for every instance).
-    pub fixed_config: Option<kinds::Config>,
+    pub fixed_config: Option<crate::expand::Config>,
     /// The axes the node is expanded over, in the order of its instance ids.
     pub foreach: Vec<Axis>,
     /// Declaration indices of the dependencies.
@@ -158,6 +156,8 @@ impl Axis {
 
 pub(crate) struct Loader<'o> {
     pub opts: &'o LoadOptions,
+    /// The kinds nodes may have; each checks its nodes' configurations.
+    pub kinds: &'o dyn Kinds,
     pub src: Sources,
     pub diags: Vec<(Loc, Diagnostic)>,
     /// Errors repeated across instances: (position, message) → (index in `diags`, repeats).
@@ -168,9 +168,10 @@ pub(crate) struct Loader<'o> {
 }
 
 impl<'o> Loader<'o> {
-    pub fn new(root: PathBuf, opts: &'o LoadOptions) -> Loader<'o> {
+    pub fn new(root: PathBuf, opts: &'o LoadOptions, kinds: &'o dyn Kinds) -> Loader<'o> {
         Loader {
             opts,
+            kinds,
             src: Sources::new(root),
             diags: Vec::new(),
             repeats: HashMap::new(),
@@ -325,19 +326,6 @@ impl<'o> Loader<'o> {
     pub fn de_error(&mut self, error: &DeError, scope: Scope<'_>, fallback: Loc) {
         let (loc, message, hint) = de_message(error, scope, fallback);
         self.error(loc, message, hint);
-    }
-
-    /// Turns a deserialization error of one instance's config into a diagnostic, reported once for all the
-    /// instances where it comes up.
-    pub fn instance_de_error(
-        &mut self,
-        error: &DeError,
-        scope: Scope<'_>,
-        fallback: Loc,
-        instance: Option<&str>,
-    ) {
-        let (loc, message, hint) = de_message(error, scope, fallback);
-        self.instance_error(loc, message, hint, instance);
     }
 
     /// A template error in a string of `owner` (a node or param), for one instance when `instance` is given.
@@ -1060,7 +1048,7 @@ impl<'o> Loader<'o> {
             );
             return None;
         }
-        let common_fields = kinds::common_fields();
+        let common_fields = common_fields();
         let (common_entries, kind_entries): (Entries, Entries) = decl
             .body
             .entries()
@@ -1071,69 +1059,37 @@ impl<'o> Loader<'o> {
         let (common, errors) =
             deserialize_all::<NodeCommon>(&Node::map(decl.body.loc, common_entries));
         for error in &errors {
-            self.de_error(
-                error,
-                Scope::Node {
-                    name,
-                    at,
-                    kind: None,
-                },
-                at,
-            );
+            self.de_error(error, Scope::Node { name, at }, at);
         }
         let mut ok = errors.is_empty();
 
-        // The kind: from the typed keys when they are fine, else straight from the tree.
+        // The kind, from the tree (the typed keys may be broken); its keys are checked per instance, resolved.
         let kind_node = decl.body.get("kind");
         let kind = match kind_node.and_then(Node::as_str) {
-            Some(kind_name) => match kinds::find(kind_name) {
-                Some(kind) => Some(kind),
-                None => {
-                    let known = KINDS.iter().map(|k| k.name);
-                    let hint = did_you_mean(kind_name, known.clone());
-                    let loc = kind_node.map_or(at, |n| n.loc);
-                    self.error(
-                        loc,
-                        format!(
-                            "unknown kind `{kind_name}` in node `{name}`; known kinds: {}",
-                            list_names(known)
-                        ),
-                        hint,
-                    );
-                    None
-                }
-            },
+            Some(kind_name) if self.kinds.executor(kind_name).is_some() => {
+                Some(kind_name.to_owned())
+            }
+            Some(kind_name) => {
+                let known = self.kinds.names();
+                let hint = did_you_mean(kind_name, known.iter().copied());
+                let loc = kind_node.map_or(at, |n| n.loc);
+                self.error(
+                    loc,
+                    format!(
+                        "unknown kind `{kind_name}` in node `{name}`; known kinds: {}",
+                        list_names(known.iter().copied())
+                    ),
+                    hint,
+                );
+                None
+            }
             None => None,
         };
-        let mut fixed_config = None;
-        if let Some(kind) = kind {
-            match (kind.config)(&kind_map) {
-                Ok(config) => {
-                    if !strings_of(&kind_map)
-                        .iter()
-                        .any(|(s, _)| template::has_braces(s))
-                    {
-                        fixed_config = Some(config);
-                    }
-                }
-                Err(errors) => {
-                    for error in &errors {
-                        self.de_error(
-                            error,
-                            Scope::Node {
-                                name,
-                                at,
-                                kind: Some(kind),
-                            },
-                            at,
-                        );
-                    }
-                    ok = false;
-                }
-            }
-        } else {
-            ok = false;
-        }
+        ok &= kind.is_some();
+        let fixed_config = (!strings_of(&kind_map)
+            .iter()
+            .any(|(s, _)| template::has_braces(s)))
+        .then(|| crate::expand::config_of(&kind_map));
         // The rest is checked even when the kind's keys are wrong, so one run reports it all.
         let common = common?;
 
@@ -1254,6 +1210,7 @@ impl<'o> Loader<'o> {
             name_loc: at,
             common,
             kind,
+            body: decl.body.clone(),
             kind_map,
             fixed_config,
             foreach,
@@ -1711,30 +1668,10 @@ fn de_message(error: &DeError, scope: Scope<'_>, fallback: Loc) -> (Loc, String,
     let message = match &error.kind {
         DeErrorKind::UnknownField { field, expected } => {
             let mut candidates: Vec<&str> = expected.to_vec();
-            if let Scope::Node {
-                kind: Some(kind), ..
-            } = scope
-                && whole_node
-            {
-                // A key of another kind says more than a near miss among this kind's keys.
-                let owners: Vec<&str> = KINDS
-                    .iter()
-                    .filter(|k| (k.fields)().contains(&field.as_str()))
-                    .map(|k| k.name)
-                    .collect();
-                if owners.is_empty() {
-                    candidates.extend(kinds::common_fields());
-                    hint = did_you_mean(field, candidates.iter().copied());
-                } else {
-                    hint = Some(format!(
-                        "`{field}` is a key of kind {}, not of kind `{}`",
-                        list_names(owners),
-                        kind.name
-                    ));
-                }
-            } else {
-                hint = did_you_mean(field, candidates.iter().copied());
+            if matches!(scope, Scope::Node { .. }) && whole_node {
+                candidates.extend(common_fields());
             }
+            hint = did_you_mean(field, candidates.iter().copied());
             match scope {
                 Scope::Top if whole_node => format!("unknown top-level key `{field}`"),
                 _ => format!("unknown key `{field}`{place}"),
@@ -1748,19 +1685,11 @@ fn de_message(error: &DeError, scope: Scope<'_>, fallback: Loc) -> (Loc, String,
             )
         }
         DeErrorKind::MissingField(field) => {
-            if let Scope::Node { name, at, kind } = scope
+            if let Scope::Node { name, at } = scope
                 && whole_node
             {
                 loc = at;
-                match kind {
-                    Some(kind) => {
-                        format!(
-                            "missing required key `{field}` in node `{name}` (kind `{}`)",
-                            kind.name
-                        )
-                    }
-                    None => format!("missing required key `{field}` in node `{name}`"),
-                }
+                format!("missing required key `{field}` in node `{name}`")
             } else {
                 format!("missing required key `{field}`{place}")
             }
@@ -1795,8 +1724,6 @@ fn de_message(error: &DeError, scope: Scope<'_>, fallback: Loc) -> (Loc, String,
             )
         }
         DeErrorKind::Custom(text) => {
-            let (text, custom_hint) = split_hint(text);
-            hint = custom_hint.map(str::to_owned);
             if whole_node {
                 format!("{text}{place}")
             } else {
@@ -1903,8 +1830,12 @@ fn swept_keys_of(
     )
 }
 
-/// Loads `entry` with `opts`.
-pub(crate) fn load(entry: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
+/// Loads `entry` with `opts`, its nodes of the kinds `kinds` has.
+pub(crate) fn load(
+    entry: &Path,
+    opts: &LoadOptions,
+    kinds: &dyn Kinds,
+) -> Result<Loaded, Diagnostics> {
     let root_given = if opts.root.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -1920,7 +1851,7 @@ pub(crate) fn load(entry: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnosti
             .into());
         }
     };
-    let mut loader = Loader::new(root, opts);
+    let mut loader = Loader::new(root, opts, kinds);
     match loader.run(entry) {
         Some((pipeline, graph)) if loader.diags.is_empty() => Ok(Loaded {
             pipeline,
@@ -1945,7 +1876,7 @@ mod tests {
     #[test]
     fn graph_errors_become_positioned_diagnostics() {
         let opts = LoadOptions::default();
-        let mut loader = Loader::new(PathBuf::from("/project"), &opts);
+        let mut loader = Loader::new(PathBuf::from("/project"), &opts, &crate::NoKinds);
         loader.src.add(
             PathBuf::from("/project/pipelines/p.yaml"),
             "pipeline: p\nnodes:\n  a:\n    kind: group\n".to_owned(),

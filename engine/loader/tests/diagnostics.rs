@@ -30,7 +30,7 @@ fn rendered(name: &str) -> String {
             opts.set.insert(name, value);
         }
     }
-    match load(&entry, &opts) {
+    match load(&entry, &opts, &fracflow_executors::Registry::builtin()) {
         Ok(_) => panic!("bad/{name}.yaml loaded without errors"),
         Err(diagnostics) => {
             assert!(!diagnostics.is_empty());

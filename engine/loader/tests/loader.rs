@@ -37,7 +37,11 @@ impl Project {
     }
 
     fn try_load(&self, entry: &str, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
-        load(Path::new(entry), opts)
+        load(
+            Path::new(entry),
+            opts,
+            &fracflow_executors::Registry::builtin(),
+        )
     }
 
     fn load_with(&self, entry: &str, opts: &LoadOptions) -> Loaded {
@@ -338,14 +342,16 @@ nodes:
             node.config["run"],
             json!("python3 scripts/gen.py 512 > $FRACFLOW_OUT/data_1024.bin")
         );
-        assert_eq!(node.config["env"], json!({"RATE": "1024", "FIXED": "7"}));
+        // As written, resolved: the kind reads `7` as the text `7` (its config type says so).
+        assert_eq!(node.config["env"], json!({"RATE": "1024", "FIXED": 7}));
         assert_eq!(node.config["cwd"], json!("scripts"));
         assert_eq!(
             node.config["metrics"],
             json!({"tps": {"regex": "tps=(\\d+)"}, "p50": {"json": "latency.p50"}})
         );
         assert_eq!(node.config["success_codes"], json!([0, 3]));
-        assert_eq!(node.config["params"], json!({"half": 512}));
+        // Node params fill templates; they are not part of the kind's config.
+        assert!(!node.config.contains_key("params"), "{:?}", node.config);
         assert_eq!(loaded.pipeline.name, "p");
         assert_eq!(loaded.pipeline.root, root);
         assert_eq!(loaded.pipeline.sources, [root.join("pipelines/p.yaml")]);
@@ -392,7 +398,7 @@ nodes:
             json!({
                 "sw_us": {"regex": "timeing: (\\S+) us", "match": 1},
                 "total_us": {"regex": "timeing: (\\S+) us", "match": -1, "base": "auto"},
-                "len": {"regex": "host_serialized_len = (\\S+)", "base": 16},
+                "len": {"regex": "host_serialized_len = (\\S+)", "base": "16"},
                 "p50": {"json": "$.p50"},
             })
         );
@@ -543,8 +549,7 @@ nodes:
         ]);
         let loaded = p.load("pipelines/p.yaml");
         let node = spec(&loaded, "gen");
-        assert!(!node.config.contains_key("env"), "{:?}", node.config);
-        assert_eq!(node.config["params"], json!({"x": 1}));
+        assert_eq!(node.config["env"], json!({}), "{:?}", node.config);
     }
 
     #[test]
@@ -962,53 +967,62 @@ nodes:
             hls.point,
             [("unit".to_owned(), json!("log"))].into_iter().collect()
         );
+        // The config is the node's keys as written, resolved; the kind's typed config fills in the defaults.
+        use fracflow_executors::config::parse;
+        use fracflow_executors::fpga::{
+            HlsConfig, HlsTool, LoadConfig, ProgramConfig, WeaveConfig, WeaveTool,
+        };
+        let typed = |id: &str| spec(&loaded, id);
+        assert_eq!(config(&loaded, "hls[unit=log]"), json!({"unit": "log"}));
+        let hls = parse::<HlsConfig>(typed("hls[unit=log]")).expect("hls");
+        assert_eq!((hls.unit.0.as_str(), hls.tool), ("log", HlsTool::Emulated));
+        let real = parse::<HlsConfig>(typed("hls_real")).expect("hls_real");
         assert_eq!(
-            config(&loaded, "hls[unit=log]"),
-            json!({"unit": "log", "tool": "emulated"})
+            (real.compiler.as_deref(), real.tool, real.part.as_deref()),
+            (
+                Some("clang++"),
+                HlsTool::VitisHls,
+                Some("xcu280-fsvh2892-2L-e")
+            )
         );
+        let weave = parse::<WeaveConfig>(typed("weave")).expect("weave");
         assert_eq!(
-            config(&loaded, "hls_real"),
-            json!({"unit": "cnn", "compiler": "clang++", "tool": "vitis_hls", "part": "xcu280-fsvh2892-2L-e"})
-        );
-        assert_eq!(
-            config(&loaded, "weave"),
-            json!({"shell": "hw/shell.yaml", "units": "hw/accelerators", "tool": "emulated"})
+            (weave.shell.as_str(), weave.units.as_str(), weave.tool),
+            ("hw/shell.yaml", "hw/accelerators", WeaveTool::Emulated)
         );
         assert_eq!(config(&loaded, "weave_spinhdl")["tool"], json!("spinhdl"));
         assert_eq!(
             config(&loaded, "partials[unit=top_k]"),
-            json!({"unit": "top_k", "tool": "emulated"})
+            json!({"unit": "top_k"})
         );
         assert_eq!(spec(&loaded, "partials[unit=top_k]").outputs, ["icap/"]);
-        assert_eq!(config(&loaded, "image"), json!({"bypass": false}));
         assert_eq!(config(&loaded, "bypass"), json!({"bypass": true}));
+        let program = parse::<ProgramConfig>(typed("program")).expect("program");
         assert_eq!(
-            config(&loaded, "program"),
-            json!({"addr": "127.0.0.1:7000", "tool": "emulated"})
+            (program.addr.0.as_str(), program.image),
+            ("127.0.0.1:7000", None)
         );
+        let file = parse::<ProgramConfig>(typed("program_file")).expect("program_file");
+        assert_eq!(file.image.as_deref(), Some("bitstreams/frac.bit"));
+        let load = parse::<LoadConfig>(typed("load[m=1024,slot=2]")).expect("load");
         assert_eq!(
-            config(&loaded, "program_file"),
-            json!({"image": "bitstreams/frac.bit", "addr": "10.0.0.2:7000", "tool": "emulated"})
+            (
+                load.slot.0,
+                load.partial.0.as_str(),
+                load.chunk_size.0,
+                load.hbm_addr.0
+            ),
+            (2, "c02_f00.bin", 128, 0x1000_8000)
         );
+        let defaults = parse::<LoadConfig>(typed("load_defaults")).expect("load_defaults");
         assert_eq!(
-            config(&loaded, "load[m=1024,slot=2]"),
-            json!({
-                "slot": 2,
-                "partial": "c02_f00.bin",
-                "addr": "127.0.0.1:7000",
-                "chunk_size": 128,
-                "hbm_addr": 0x1000_8000
-            })
-        );
-        assert_eq!(
-            config(&loaded, "load_defaults"),
-            json!({
-                "slot": 3,
-                "partial": "c03_f15.bin",
-                "addr": "localhost:7001",
-                "chunk_size": 256,
-                "hbm_addr": 0x1000_4000
-            })
+            (
+                defaults.slot.0,
+                defaults.addr.0.as_str(),
+                defaults.chunk_size.0,
+                defaults.hbm_addr.0
+            ),
+            (3, "localhost:7001", 256, 0x1000_4000)
         );
     }
 
@@ -1031,9 +1045,13 @@ nodes:
             "pipeline: p\nparams: {base: 268451840}\nnodes:\n  a:\n    kind: load\n    slot: \"{1 + 1}\"\n    partial: x.bin\n    addr: \"h:1\"\n    hbm_addr: \"{base} + 64\"\n  b:\n    kind: load\n    slot: 0\n    partial: x.bin\n    addr: \"h:1\"\n    hbm_addr: \"0x1000_0000\"\n",
         );
         let loaded = p.load("pipelines/p.yaml");
-        assert_eq!(spec(&loaded, "a").config["hbm_addr"], json!(268_451_904));
-        assert_eq!(spec(&loaded, "a").config["slot"], json!(2));
-        assert_eq!(spec(&loaded, "b").config["hbm_addr"], json!(0x1000_0000));
+        // Resolved text, which the kind has checked (and reads as 268451904, 2 and 0x10000000).
+        assert_eq!(
+            spec(&loaded, "a").config["hbm_addr"],
+            json!("268451840 + 64")
+        );
+        assert_eq!(spec(&loaded, "a").config["slot"], json!("2"));
+        assert_eq!(spec(&loaded, "b").config["hbm_addr"], json!("0x1000_0000"));
     }
 
     #[test]
@@ -1081,10 +1099,7 @@ nodes:
                 "gen --y 960 --z 256 --per 256 --mod 2 --neg 6 run-1024 24 ${HOME} {literal} $FRACFLOW_OUT"
             )
         );
-        assert_eq!(
-            spec(&loaded, "gen[n=1,k=2]").config["params"],
-            json!({"per": 1024})
-        );
+        assert!(!spec(&loaded, "gen[n=1,k=2]").config.contains_key("params"));
     }
 
     #[test]
@@ -1202,8 +1217,10 @@ mod schema {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pipelines/schema.json");
         let generated = format!(
             "{}\n",
-            serde_json::to_string_pretty(&fracflow_loader::json_schema())
-                .expect("schema serializes")
+            serde_json::to_string_pretty(&fracflow_loader::json_schema(
+                &fracflow_executors::Registry::builtin()
+            ))
+            .expect("schema serializes")
         );
         if std::env::var_os("UPDATE_SCHEMA").is_some_and(|v| v == "1") {
             std::fs::write(&path, &generated).expect("write pipelines/schema.json");
@@ -1218,7 +1235,7 @@ mod schema {
 
     #[test]
     fn schema_describes_every_kind_and_top_level_key() {
-        let schema = fracflow_loader::json_schema();
+        let schema = fracflow_loader::json_schema(&fracflow_executors::Registry::builtin());
         let text = schema.to_string();
         for key in [
             "pipeline", "base", "uses", "params", "sweep", "exclude", "variants", "targets",
@@ -1307,7 +1324,9 @@ mod repository {
                     variant: variant.clone(),
                     ..LoadOptions::default()
                 };
-                if let Err(diagnostics) = load(&entry.path, &opts) {
+                if let Err(diagnostics) =
+                    load(&entry.path, &opts, &fracflow_executors::Registry::builtin())
+                {
                     // Prebuilt images are not in the repository (`bitstreams/` holds their manifests): a pipeline
                     // that flashes one loads once its user has the file, and says which file when it is missing.
                     let text = diagnostics.to_string();
@@ -1333,8 +1352,12 @@ mod repository {
             variant: Some("smoke".to_owned()),
             ..LoadOptions::default()
         };
-        let loaded =
-            load(Path::new("pipelines/demo.yaml"), &opts).unwrap_or_else(|d| panic!("{d}"));
+        let loaded = load(
+            Path::new("pipelines/demo.yaml"),
+            &opts,
+            &fracflow_executors::Registry::builtin(),
+        )
+        .unwrap_or_else(|d| panic!("{d}"));
         assert_eq!(
             ids(&loaded),
             [

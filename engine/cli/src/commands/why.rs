@@ -31,14 +31,18 @@ pub fn run(project: &Project, args: &WhyArgs) -> Result<Exit> {
             .collect(),
     };
     let testbed_fields = project.testbed()?.fingerprint_fields();
+    let mut unloadable = None;
     for name in candidates {
         let select = Select::whole(&name, &args.testbed);
         let loaded = match project.load(&select) {
             Ok((loaded, _)) => loaded,
-            // The pipeline the user named must load; while searching every pipeline, one that does not
-            // load cannot hold the node.
+            // The pipeline the user named must load; while searching every pipeline, one that does not load
+            // may be the node's: its problems are the answer if no loadable pipeline has the node.
             Err(error) if args.pipeline.is_some() => return Err(error),
-            Err(_) => continue,
+            Err(error) => {
+                unloadable.get_or_insert(error);
+                continue;
+            }
         };
         let Some(index) = loaded.graph.index(node) else {
             continue;
@@ -83,5 +87,5 @@ pub fn run(project: &Project, args: &WhyArgs) -> Result<Exit> {
         }
         return Ok(Exit::Ok);
     }
-    Err(Error::bad_input(format!("no pipeline has a node `{node}`")))
+    Err(unloadable.unwrap_or_else(|| Error::bad_input(format!("no pipeline has a node `{node}`"))))
 }

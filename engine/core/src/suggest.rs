@@ -1,0 +1,114 @@
+//! Suggestions for a name that matches nothing: the closest known name ("did you mean"), and lists of the
+//! names that exist, shared by the loader's diagnostics and the kinds' configuration checks.
+
+/// Edit distance in characters, counting a swap of two neighbours as one edit (optimal string alignment).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The candidate closest to `word`, if it is close enough to be a plausible typo.
+pub fn closest<'a, I>(word: &str, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let limit = (word.chars().count().max(3)) / 3;
+    let lower = word.to_lowercase();
+    let mut best: Option<(usize, &'a str)> = None;
+    for candidate in candidates {
+        if candidate == word {
+            continue;
+        }
+        let other = candidate.to_lowercase();
+        let distance = if other == lower {
+            0
+        } else {
+            edit_distance(word, candidate)
+        };
+        // `deps_on` → `deps`: one name containing the other counts as close, however long the rest.
+        let contains =
+            lower.len().min(other.len()) >= 3 && (lower.contains(&other) || other.contains(&lower));
+        if (distance <= limit || contains) && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, candidate)| candidate)
+}
+
+/// "did you mean `x`?" for the closest candidate.
+pub fn did_you_mean<'a, I>(word: &str, candidates: I) -> Option<String>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    closest(word, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// `a`, `b` and `c` — for messages listing what exists.
+pub fn list_names<'a, I>(names: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    join_names(names, "and")
+}
+
+/// `a`, `b` or `c` — for messages listing what is allowed.
+pub fn list_choices<'a, I>(names: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    join_names(names, "or")
+}
+
+fn join_names<'a, I>(names: I, conjunction: &str) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let names: Vec<String> = names.into_iter().map(|n| format!("`{n}`")).collect();
+    match names.len() {
+        0 => "none".to_owned(),
+        1 => names[0].clone(),
+        n => format!(
+            "{} {conjunction} {}",
+            names[..n - 1].join(", "),
+            names[n - 1]
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances() {
+        assert_eq!(edit_distance("deps_on", "deps"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("bulid", "build"), 1);
+        assert_eq!(closest("bulid", ["build", "test"]), Some("build"));
+        assert_eq!(closest("deps_on", ["deps", "outputs"]), Some("deps"));
+        assert_eq!(closest("zzz", ["deps", "outputs"]), None);
+        assert_eq!(closest("Run", ["run"]), Some("run"));
+    }
+}
