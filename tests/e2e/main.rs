@@ -5,6 +5,7 @@ mod support;
 mod demo;
 mod figures;
 mod fpga;
+mod injection;
 mod kill;
 mod lock;
 mod plan_why;

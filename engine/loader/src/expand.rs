@@ -412,7 +412,7 @@ impl<'l, 'o> Expander<'l, 'o> {
 
         let mut config = match &def.fixed_config {
             Some(config) => Ok(config.clone()),
-            None => match render_tree(&mut r, &def.kind_map) {
+            None => match render_config(&mut r, def.kind.name, &def.kind_map) {
                 Ok(rendered) => (def.kind.config)(&rendered).map_err(Some),
                 Err(problem) => {
                     problems.push(problem);
@@ -753,6 +753,42 @@ impl Resolver<'_> {
         let parsed = template::parse(text)?;
         parsed.render(&mut |name| self.lookup(name))
     }
+
+    /// A command for `sh -c`: each value is quoted for where it lands, so it cannot become shell syntax.
+    fn render_shell(&mut self, text: &str) -> Result<String, TemplateError> {
+        if !template::has_braces(text) {
+            return Ok(text.to_owned());
+        }
+        let parsed = template::parse(text)?;
+        parsed.render_shell(&mut |name| self.lookup(name))
+    }
+}
+
+/// A kind's config with its templates filled in; the `command` kind's string `run` goes to `sh -c`, so its
+/// values are shell-quoted (an argv-list `run` needs no quoting: each word is one argument).
+fn render_config(
+    r: &mut Resolver<'_>,
+    kind: &str,
+    config: &Node,
+) -> Result<Node, (Loc, TemplateError)> {
+    let Val::Map(entries) = &config.val else {
+        return render_tree(r, config);
+    };
+    let mut rendered = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        let value = match &value.val {
+            Val::Str(text) if kind == "command" && key.as_str() == Some("run") => Node {
+                loc: value.loc,
+                val: Val::Str(r.render_shell(text).map_err(|e| (value.loc, e))?),
+            },
+            _ => render_tree(r, value)?,
+        };
+        rendered.push((key.clone(), value));
+    }
+    Ok(Node {
+        loc: config.loc,
+        val: Val::Map(rendered),
+    })
 }
 
 /// A copy of `node` with every string's template filled in.
