@@ -8,6 +8,7 @@ mod fpga;
 mod injection;
 mod kill;
 mod lock;
+mod orphans;
 mod plan_why;
 mod realflow;
 mod rpcnic;

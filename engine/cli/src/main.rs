@@ -240,18 +240,21 @@ fn node_exec(args: &[String]) -> ExitCode {
     }
 }
 
-/// `fracflow __exec PPID PROGRAM ARGS…`: how the engine starts commands (see `process::use_trampoline`).
+/// `fracflow __exec PPID PROGRAM ARGS…`: how the engine starts commands (see `fracflow_executors::trampoline`).
 fn trampoline(args: &[String]) -> ExitCode {
     let (Some(parent), Some(program)) = (args.first().and_then(|p| p.parse().ok()), args.get(1))
     else {
         eprintln!("fracflow: usage: fracflow __exec PPID PROGRAM [ARGS…] (internal)");
         return ExitCode::from(exit::BAD_INPUT);
     };
-    let error =
-        fracflow_executors::process::exec_with_parent_death_signal(parent, program, &args[2..]);
-    eprintln!("fracflow: cannot run {program}: {error}");
-    // 127: the shell's code for a command that could not be run.
-    ExitCode::from(127)
+    match fracflow_executors::trampoline::supervise(parent, program, &args[2..]) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("fracflow: cannot run {program}: {error}");
+            // 127: the shell's code for a command that could not be run.
+            ExitCode::from(127)
+        }
+    }
 }
 
 struct Project {
