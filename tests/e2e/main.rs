@@ -15,6 +15,7 @@ mod rpcnic;
 mod shared_cache;
 mod slurm;
 mod ssh;
+mod staging;
 mod sume;
 mod testbed;
 mod tidy;

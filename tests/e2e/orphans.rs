@@ -2,10 +2,9 @@
 //! compiler driver's own children, a pipeline, a process in a session of its own), and the trampoline between
 //! them passes stop signals on and reports the command's own ending.
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::support::{Sandbox, copy_tree, repo, text};
+use crate::support::{KillOnDrop, Sandbox, copy_tree, repo, text};
 
 /// How long a test waits for processes to appear or to be gone; a bound, not a pause.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -63,11 +62,6 @@ fn wait_for(marker: &str, what: &str, ready: impl Fn(&[(u32, String)]) -> bool) 
     }
 }
 
-fn sigkill(engine: &mut Child) {
-    engine.kill().expect("SIGKILL the engine");
-    engine.wait().expect("reap the engine");
-}
-
 fn assert_none_survives(marker: &str) {
     wait_for(
         marker,
@@ -85,17 +79,19 @@ fn a_killed_engine_leaves_nothing_a_command_forked_alive() {
     );
     let marker = marker("forks");
     let (name, value) = marker.split_once('=').expect("marker");
-    let mut engine = sandbox
-        .command(&["run", "forks"])
-        .env(name, value)
-        .spawn()
-        .expect("spawn");
+    let engine = KillOnDrop(
+        sandbox
+            .command(&["run", "forks"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
     wait_for(&marker, "the command's processes should start", |p| {
         ["sleep 300", "sleep 301", "sleep 302", "sleep 303"]
             .iter()
             .all(|want| p.iter().any(|(_, cmdline)| cmdline == want))
     });
-    sigkill(&mut engine);
+    drop(engine); // SIGKILL
     assert_none_survives(&marker);
 }
 
@@ -117,18 +113,20 @@ fn a_killed_engine_leaves_no_compiler_of_an_hls_build_alive() {
     );
     let marker = marker("hls");
     let (name, value) = marker.split_once('=').expect("marker");
-    let mut engine = sandbox
-        .command(&["run", "bitstreams"])
-        .env(name, value)
-        .spawn()
-        .expect("spawn");
+    let engine = KillOnDrop(
+        sandbox
+            .command(&["run", "bitstreams"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
     // The driver's own child (cc1plus, or as/ld later on) is what a PDEATHSIG on the direct child missed.
     wait_for(&marker, "an hls compile should start", |p| {
         p.iter().any(|(_, cmdline)| {
             cmdline.contains("cc1plus") || cmdline.starts_with("as ") || cmdline.contains("/ld")
         })
     });
-    sigkill(&mut engine);
+    drop(engine); // SIGKILL
     assert_none_survives(&marker);
 }
 
@@ -143,11 +141,13 @@ fn stop_signals_reach_the_command_and_what_it_left_behind_is_killed() {
     );
     let marker = marker("stop");
     let (name, value) = marker.split_once('=').expect("marker");
-    let mut engine = sandbox
-        .command(&["run", "stop"])
-        .env(name, value)
-        .spawn()
-        .expect("spawn");
+    let mut engine = KillOnDrop(
+        sandbox
+            .command(&["run", "stop"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
     wait_for(&marker, "the command's sleeps should start", |p| {
         ["sleep 304", "sleep 305"]
             .iter()
@@ -155,9 +155,9 @@ fn stop_signals_reach_the_command_and_what_it_left_behind_is_killed() {
     });
     // SAFETY: kill only sends SIGTERM to the engine this test started.
     unsafe {
-        libc::kill(engine.id() as libc::pid_t, libc::SIGTERM);
+        libc::kill(engine.0.id() as libc::pid_t, libc::SIGTERM);
     }
-    let status = engine.wait().expect("engine");
+    let status = engine.0.wait().expect("engine");
     assert_eq!(status.code(), Some(130), "interrupted");
     assert_eq!(
         std::fs::read_to_string(sandbox.path().join("int"))
