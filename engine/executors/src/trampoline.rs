@@ -151,6 +151,16 @@ fn kill_tree(child: libc::pid_t, ended: &mut Option<libc::c_int>) {
     loop {
         // SAFETY: kill and killpg only send signals; waitpid writes only `status`.
         unsafe {
+            // No child at all means no descendant alive (a live one's chain of parents reaches one of our
+            // children): the usual case of a command that left nothing behind, without scanning /proc.
+            let mut status = 0;
+            let reaped = libc::waitpid(-1, &mut status, libc::WNOHANG);
+            if reaped == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+                return;
+            }
+            if reaped == child && ended.is_none() {
+                *ended = Some(status);
+            }
             // While the leader is unreaped its pid, and so the group id, cannot be reused by another process.
             if ended.is_none() {
                 libc::killpg(child, libc::SIGKILL);
