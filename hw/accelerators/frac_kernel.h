@@ -6,13 +6,13 @@
 // loads the plugin named by a partial bitstream and calls it once per request.
 //
 // Contract of frac_kernel_run:
-//   * request/request_len: the whole request as the slot sees it (frac
-//     artifact reference §2.4): the 64-byte header line first, then the data
+//   * request/request_len: the whole request as the slot sees it
+//     (docs/frac.md §2.4): the 64-byte header line first, then the data
 //     lines. request_len is a multiple of 64, at least 64, at most 65472.
 //   * top_config: bytes 60-61 of the header (also readable from the request);
 //     passed separately because top_k uses it as its result mask.
 //   * response/response_cap: where to write the answer; the device sizes the
-//     buffer to the unit's response length from the reference's table (§2.5).
+//     buffer to the unit's response length from the table of docs/frac.md §2.5.
 //   * returns the number of response bytes written (>= 0), or a negative
 //     FRAC_KERNEL_E* code. The function must not throw, keep no state between
 //     calls and be safe to call from several threads at once: the emulator
@@ -67,7 +67,7 @@ FRAC_EXPORT int64_t frac_kernel_run(const uint8_t* request, uint32_t request_len
 namespace frac {
 
 // Whether the first line of a request is "the header line" as the slot
-// modules recognise it: bits 447:0 (bytes 0..55) all ones (reference §2.2).
+// modules recognise it: bits 447:0 (bytes 0..55) all ones (docs/frac.md §2.2).
 // Units that consume the header skip it only then; otherwise it is data.
 static inline bool is_header_line(const uint8_t* line) {
     for (int i = 0; i < FRAC_PREFIX_LEN; ++i) {

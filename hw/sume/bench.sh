@@ -1,5 +1,5 @@
 #!/bin/sh
-# One benchmark point of the NetFPGA SUME table (seed 003: TX only / RX only / loopback × tool × size): snapshots
+# One benchmark point of the NetFPGA SUME table (docs/tools.md §3.8: TX only / RX only / loopback × tool × size): snapshots
 # the counters, runs one tool in one direction at one size for a bounded time, snapshots again, and prints
 # `result.NAME=VALUE` lines for the pipeline's `metrics:` (and everything it ran on stderr, for the log).
 #

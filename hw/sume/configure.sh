@@ -2,7 +2,7 @@
 # Configures the SUME ports the table uses on the host under test and checks the path to the peer:
 #   the port cabled to the peer gets ADDR/PREFIX and comes up; the two loopback ports come up (pkt-gen needs no
 #   address); then each used port must report `status: active` (the driver polls the link once a second,
-#   reference §3.3) within --link-wait seconds, and the peer must answer ping on its address.
+#   docs/tools.md §3.3) within --link-wait seconds, and the peer must answer ping on its address.
 #
 #   sh hw/sume/configure.sh [--exec CMD] --port IFACE --addr ADDR/PREFIX --peer ADDR [--loop TX_IF:RX_IF]
 #                           [--link-wait 15]

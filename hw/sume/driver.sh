@@ -1,6 +1,6 @@
 #!/bin/sh
 # Loads the SUME driver on the host under test unless it is loaded, then checks that its four interfaces
-# appeared (reference §3.3: "the driver should load and create 4 interfaces (named sume0-sume3)").
+# appeared (docs/tools.md §3.3: loading it should create the four interfaces sume0-sume3).
 #
 #   sh hw/sume/driver.sh [--exec CMD] [--module if_sume.ko|PATH] [--ifaces "sume0 sume1 sume2 sume3"]
 #

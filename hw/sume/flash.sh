@@ -1,7 +1,7 @@
 #!/bin/sh
 # Flashes the NetFPGA SUME with a bitstream from the host that has Digilent's Adept Utilities (FreeBSD has no
 # JTAG tools, so this is usually another, Linux, host reached through --exec). The three steps of the driver
-# page (seed 003, reference §3.2), each checked for its exit status, in this order:
+# page (docs/tools.md §3.2, §3.8), each checked for its exit status, in this order:
 #
 #   dsumecfg -d NetSUME write -verbose -s SECTION -f BITSTREAM   write the bitstream to flash section SECTION
 #   dsumecfg -d NetSUME setbootsec -s SECTION                    the CPLD loads that section at power-up

@@ -1,6 +1,6 @@
 #!/bin/sh
 # After the FPGA was reconfigured, the host under test must see the board again on PCIe before the driver can
-# attach (reference §3.2: "reboot or PCIe rescan"). Runs HOW on the host, then waits until `pciconf -l` lists
+# attach (docs/tools.md §3.2: a reboot or a PCIe rescan). Runs HOW on the host, then waits until `pciconf -l` lists
 # the reference NIC (10ee:7028), polling every 2 s for at most --wait seconds (a reboot takes minutes; ssh fails
 # meanwhile, which counts as "not yet").
 #

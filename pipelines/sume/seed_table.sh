@@ -1,5 +1,5 @@
 #!/bin/sh
-# Lays the aggregate's summary.csv out as the seed's table (003, the NetFPGA SUME driver page): one row per tool
+# Lays the aggregate's summary.csv out as the driver page's table (docs/tools.md §3.8): one row per tool
 # and size, one column per direction, each cell `THROUGHPUT Mb/s (KPPS Kpps)`, `-` where nothing was measured
 # (the seed's TCP loopback cells), and a mark on a cell whose point the watchdog reset. Markdown on stdout.
 #

@@ -11,6 +11,7 @@ mod lock;
 mod orphans;
 mod plan_why;
 mod realflow;
+mod refused;
 mod rpcnic;
 mod shared_cache;
 mod slurm;

@@ -208,7 +208,7 @@ fn assert_close(actual: f64, expected: f64, relative: f64, what: &str) {
 
 /// The doubles' formulas (tests/doubles/rpcnic/programs.py), written again here as the test's oracle.
 mod formula {
-    /// deserialize_hw's `total size` (reference §2.5).
+    /// deserialize_hw's `total size` (docs/tools.md §2.5).
     pub fn size(bench: u32, idx: u32) -> u64 {
         let table: [u64; 10] = match bench {
             0 => [
@@ -243,7 +243,7 @@ mod formula {
         size(bench, idx) + 17 + u64::from((31 * bench + 17 * idx) % 174)
     }
 
-    /// (cpu-part, c2h): bench0 from §2.5, else the doubles' rule.
+    /// (cpu-part, c2h): bench0 from docs/tools.md §2.5, else the doubles' rule.
     pub fn split(bench: u32, idx: u32) -> (u64, u64) {
         const BENCH0: [(u64, u64); 10] = [
             (502, 91776),
@@ -486,6 +486,10 @@ fn fig5_and_fig7_run_on_the_doubles_in_order_and_a_new_bench_reruns_only_its_bui
     assert!(
         reboot.contains("skip") && reboot.contains("nothing that needs it runs"),
         "{plan}"
+    );
+    assert!(
+        plan.contains(", 0 to run,"),
+        "a skipped effect is not to run: {plan}"
     );
 
     // Bench 1 joins the smoke sweep: its build and runs are new; bench 0 and 3 are cached (the device steps are

@@ -239,7 +239,7 @@ fn a_board_that_never_answers_fails_after_the_ready_timeout_and_measures_nothing
     );
 }
 
-/// fperf's documented rr console (fperf-rpcnic-sume.md §1.6) and `hugepage_thread_<i>.txt` latencies (§1.7):
+/// fperf's documented rr console (docs/tools.md §1.6) and `hugepage_thread_<i>.txt` latencies (§1.7):
 /// thread `i` completes `2 + s + i` requests in second `s`, the `j`-th taking `1000 × (s + 1) + j` ns.
 const FAKE_FPERF: &str = r#"echo "env TPA_ID=$TPA_ID TPA_ETH_DEV=$TPA_ETH_DEV TPA_CFG=$TPA_CFG" >> "$FAKE_LOG"
 d=3; n=1; D=""

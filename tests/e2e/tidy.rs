@@ -5,7 +5,7 @@ use std::process::Command;
 
 /// Which fracflow crates each crate may import (normal and build dependencies).
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let table: [(&str, &[&str]); 12] = [
+    let table: [(&str, &[&str]); 10] = [
         ("fracflow-record", &[]),
         ("fracflow-proto", &[]),
         ("fracflow-core", &["fracflow-record"]),
@@ -40,16 +40,6 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "fracflow-plot",
             ],
         ),
-        (
-            "fracflow-bench",
-            &[
-                "fracflow-core",
-                "fracflow-record",
-                "fracflow-loader",
-                "fracflow-executors",
-            ],
-        ),
-        ("fracflow-testkit", &[]),
     ];
     table
         .into_iter()
@@ -82,6 +72,22 @@ fn crates_import_only_what_the_architecture_allows() {
     let mut violations = Vec::new();
     let packages = metadata["packages"].as_array().expect("packages");
     assert!(packages.len() >= 5, "expected the workspace's crates");
+    // The table must stay true: a crate it names that the workspace lacks is stale.
+    let present: BTreeSet<&str> = packages
+        .iter()
+        .filter_map(|package| package["name"].as_str())
+        .collect();
+    let named: BTreeSet<&str> = allowed
+        .iter()
+        .flat_map(|(name, deps)| std::iter::once(*name).chain(deps.iter().copied()))
+        .collect();
+    for name in named {
+        if !present.contains(name) {
+            violations.push(format!(
+                "{name}: in the dependency table of tests/e2e/tidy.rs, but the workspace has no such crate"
+            ));
+        }
+    }
     for package in packages {
         let name = package["name"].as_str().unwrap_or_default();
         let Some(permitted) = allowed.get(name) else {
@@ -102,7 +108,7 @@ fn crates_import_only_what_the_architecture_allows() {
     }
     assert!(
         violations.is_empty(),
-        "dependency direction violated:\n{}",
+        "the dependency table and the workspace disagree:\n{}",
         violations.join("\n")
     );
 }

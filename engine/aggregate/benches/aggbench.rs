@@ -71,7 +71,7 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// rust-stack.md §4's latencies: 10 µs + 150 ns per client + an exponential body of mean 4 µs, 0.1 % 20× slower.
+/// docs/rust-stack.md §4's latencies: 10 µs + 150 ns per client + an exponential body of mean 4 µs, 0.1 % 20× slower.
 fn latency_ns(state: &mut u64, client: u64) -> u64 {
     let uniform = (splitmix64(state) >> 11) as f64 / (1u64 << 53) as f64;
     let body = -(1.0 - uniform).ln() * 4000.0;

@@ -27,7 +27,7 @@ const BATCH_ROWS: usize = 64 * 1024;
 /// Thread ids index per-thread arrays; anything larger is a corrupt file, not a real client.
 const MAX_THREAD_ID: u32 = 1 << 16;
 
-/// The fRAC request header every trace request carries before its payload (frac-artifact.md §2.2).
+/// The fRAC request header every trace request carries before its payload (docs/frac.md §2.2).
 const TRACE_HEADER_BYTES: u32 = 64;
 
 /// What to read from one point's samples.

@@ -1,30 +1,44 @@
-//! Finding the project, the pipeline a name refers to, and the cache and lock directories.
+//! Finding the project, the pipeline a name refers to, and the cache and lock directories; opening the
+//! project (cache, testbed, kinds) and loading the selected pipeline.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use fracflow_core::graph::NodeIndex;
+use fracflow_core::{Cache, Engine, StatCache};
+use fracflow_executors::Registry;
+use fracflow_executors::testbed::{Session, TestbedProfile};
+use fracflow_loader::{LoadOptions, Loaded};
+
+use crate::error::{Error, Result};
+use crate::select::Select;
 
 /// The project root: `--root`, else `FRACFLOW_ROOT`, else the nearest ancestor of the current directory
 /// that holds a `pipelines/` folder.
-pub fn find_root(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub fn find_root(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(root) = explicit
         .map(Path::to_owned)
         .or_else(|| std::env::var_os("FRACFLOW_ROOT").map(PathBuf::from))
     {
         return root
             .canonicalize()
-            .with_context(|| format!("project root {}", root.display()));
+            .map_err(|e| Error::io("cannot open the project root", &root, e));
     }
-    let start = std::env::current_dir().context("current directory")?;
+    let start = std::env::current_dir()
+        .map_err(|e| Error::io("cannot read the current directory", Path::new("."), e))?;
     for dir in start.ancestors() {
         if dir.join("pipelines").is_dir() {
             return Ok(dir.to_owned());
         }
     }
-    bail!(
-        "no fracflow project here: no `pipelines/` folder in {} or above (set --root)",
-        start.display()
-    )
+    Err(Error::bad_input_with_hint(
+        format!(
+            "no fracflow project here: no `pipelines/` folder in {} or above",
+            start.display()
+        ),
+        "run fracflow inside a project, or name one with --root or FRACFLOW_ROOT",
+    ))
 }
 
 /// What a TARGET argument resolved to: the pipeline file and the target within it (None: every node).
@@ -35,16 +49,21 @@ pub struct Selection {
 }
 
 /// Resolves TARGET: a YAML path, a pipeline name, `pipeline:target`, or a target name unique across pipelines.
-pub fn resolve(root: &Path, name: &str) -> anyhow::Result<Selection> {
+pub fn resolve(root: &Path, name: &str) -> Result<Selection> {
     let as_path = Path::new(name);
     if name.ends_with(".yaml") || name.ends_with(".yml") {
         let file = if as_path.is_absolute() {
             as_path.to_owned()
         } else {
-            std::env::current_dir()?.join(as_path)
+            std::env::current_dir()
+                .map_err(|e| Error::io("cannot read the current directory", Path::new("."), e))?
+                .join(as_path)
         };
         if !file.is_file() {
-            bail!("pipeline file {} does not exist", file.display());
+            return Err(Error::bad_input(format!(
+                "pipeline file {} does not exist",
+                file.display()
+            )));
         }
         return Ok(Selection { file, target: None });
     }
@@ -54,20 +73,17 @@ pub fn resolve(root: &Path, name: &str) -> anyhow::Result<Selection> {
         None => (None, None),
     };
     if let (Some(pipeline), Some(target)) = (pipeline, target) {
-        let entry = entries
-            .iter()
-            .find(|e| e.name == pipeline)
-            .with_context(|| {
-                format!(
-                    "no pipeline named `{pipeline}` under {}",
-                    root.join("pipelines").display()
-                )
-            })?;
+        let entry = entries.iter().find(|e| e.name == pipeline).ok_or_else(|| {
+            Error::bad_input(format!(
+                "no pipeline named `{pipeline}` under {}",
+                root.join("pipelines").display()
+            ))
+        })?;
         if !entry.targets.iter().any(|t| t == target) {
-            bail!(
+            return Err(Error::bad_input(format!(
                 "pipeline `{pipeline}` has no target `{target}`; it has: {}",
                 entry.targets.join(", ")
-            );
+            )));
         }
         return Ok(Selection {
             file: entry.path.clone(),
@@ -94,18 +110,18 @@ pub fn resolve(root: &Path, name: &str) -> anyhow::Result<Selection> {
             known.extend(entries.iter().flat_map(|e| e.targets.iter().cloned()));
             known.sort();
             known.dedup();
-            bail!(
+            Err(Error::bad_input(format!(
                 "`{name}` is neither a pipeline nor a target; known: {}",
                 known.join(", ")
-            )
+            )))
         }
-        many => bail!(
+        many => Err(Error::bad_input(format!(
             "target `{name}` is defined by several pipelines ({}); write PIPELINE:{name}",
             many.iter()
                 .map(|e| e.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ),
+        ))),
     }
 }
 
@@ -123,4 +139,173 @@ pub fn lock_dir() -> PathBuf {
     std::env::var_os("FRACFLOW_LOCK_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Whether this process may create files in the directory `dir`, found by creating and removing one (the
+/// permission bits do not tell: root ignores them, and a read-only mount keeps them). The name holds the pid
+/// and the time in nanoseconds and is created exclusively, so engines on other hosts probing a shared cache
+/// at once do not take each other's probe.
+pub fn check_writable(dir: &Path) -> std::io::Result<()> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let probe = dir.join(format!(
+        ".fracflow-write-test-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// A project opened for a command: its root, cache and kinds, and the testbed when the command runs on one.
+#[derive(Debug)]
+pub struct Project {
+    pub root: PathBuf,
+    pub cache: Cache,
+    pub stat: StatCache,
+    testbed: Option<Testbed>,
+    pub kinds: Registry,
+}
+
+/// The testbed a command works on: its profile, and the session that drives its device during a run.
+#[derive(Debug)]
+pub struct Testbed {
+    pub name: String,
+    pub profile: TestbedProfile,
+    pub session: Arc<Session>,
+}
+
+impl Testbed {
+    pub fn open(root: &Path, name: &str) -> Result<Testbed> {
+        let profile =
+            fracflow_executors::testbed::load_profile(root, name).map_err(Error::bad_input)?;
+        Ok(Testbed {
+            name: name.to_owned(),
+            session: Arc::new(Session::new(name, profile.clone())),
+            profile,
+        })
+    }
+
+    /// The testbed fields that enter the keys of nodes touching the device.
+    pub fn fingerprint_fields(&self) -> BTreeMap<String, serde_json::Value> {
+        fracflow_executors::testbed::fingerprint_fields(&self.name, &self.profile)
+    }
+
+    /// The profile as used, for the manifest: kind, adaptation and the params it lowered.
+    pub fn as_used(&self, adapted: &[fracflow_loader::Adaptation]) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.profile.kind.as_str(),
+            "description": self.profile.description,
+            "adapt": self.profile.adapt,
+            "client_threads": self.profile.adapt.client_threads(),
+            "lowered_params": adapted,
+        })
+    }
+
+    /// What the testbed changes in a run, in words, one line each (empty when nothing).
+    pub fn adaptation_lines(&self, adapted: &[fracflow_loader::Adaptation]) -> Vec<String> {
+        let adapt = &self.profile.adapt;
+        let mut lines: Vec<String> = adapted
+            .iter()
+            .map(|a| format!("param {}: {} → {}", a.param, a.from, a.to))
+            .collect();
+        if let Some(threads) = adapt.client_threads() {
+            lines.push(format!(
+                "clients: at most {threads} thread(s) per client process; more clients become connections on them"
+            ));
+        }
+        if !adapt.pin {
+            lines.push("client threads are not pinned".to_owned());
+        }
+        lines.extend(adapt.notes.iter().cloned());
+        lines
+    }
+}
+
+impl Project {
+    /// The project; with `testbed`, ready to run on that profile (its device starts only when a node needs it).
+    pub fn open(
+        cli_root: Option<&Path>,
+        cli_cache: Option<&Path>,
+        testbed: Option<&str>,
+    ) -> Result<Project> {
+        let root = find_root(cli_root)?;
+        let testbed = testbed.map(|name| Testbed::open(&root, name)).transpose()?;
+        let kinds = match &testbed {
+            Some(t) => Registry::for_testbed(Arc::clone(&t.session)),
+            None => Registry::builtin(),
+        };
+        let cache_dir = cache_dir(&root, cli_cache);
+        let cache = Cache::open(&cache_dir)
+            .map_err(|e| Error::io("cannot open the cache", &cache_dir, e))?;
+        let stat = StatCache::load(&cache.stat_cache_file());
+        Ok(Project {
+            root,
+            cache,
+            stat,
+            testbed,
+            kinds,
+        })
+    }
+
+    /// The testbed the project was opened with.
+    pub fn testbed(&self) -> Result<&Testbed> {
+        self.testbed.as_ref().ok_or_else(|| {
+            Error::internal(
+                "the project was opened without a testbed",
+                "a command that runs nodes needs one",
+            )
+        })
+    }
+
+    pub fn engine(&self) -> Engine<'_> {
+        Engine {
+            root: &self.root,
+            cache: &self.cache,
+            stat: &self.stat,
+            kinds: &self.kinds,
+        }
+    }
+
+    /// Loads the pipeline `select` names, with its variant, filters, overrides and the testbed's adaptation,
+    /// and the nodes its target asks for.
+    pub fn load(&self, select: &Select) -> Result<(Loaded, Vec<NodeIndex>)> {
+        let selection = resolve(&self.root, &select.target)?;
+        let (caps, overrides) = self
+            .testbed
+            .as_ref()
+            .map(|t| (t.profile.adapt.caps.clone(), t.profile.adapt.set.clone()))
+            .unwrap_or_default();
+        let options = LoadOptions {
+            root: self.root.clone(),
+            variant: select.variant(),
+            only: select.only_filters()?,
+            set: select.overrides()?,
+            caps,
+            overrides,
+        };
+        let loaded = fracflow_loader::load(&selection.file, &options)?;
+        let targets = target_nodes(&loaded, selection.target.as_deref())?;
+        Ok((loaded, targets))
+    }
+}
+
+/// The node indices a target names, or every node.
+fn target_nodes(loaded: &Loaded, target: Option<&str>) -> Result<Vec<NodeIndex>> {
+    let graph = &loaded.graph;
+    match target {
+        None => Ok(graph.topological().to_vec()),
+        Some(name) => {
+            let ids = loaded.pipeline.targets.get(name).ok_or_else(|| {
+                Error::bad_input(format!(
+                    "pipeline `{}` has no target `{name}`",
+                    loaded.pipeline.name
+                ))
+            })?;
+            Ok(ids.iter().filter_map(|id| graph.index(id)).collect())
+        }
+    }
 }

@@ -8,6 +8,7 @@ use fracflow_core::Observer;
 use fracflow_record::EventKind;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+#[derive(Debug)]
 pub enum Reporter {
     Bars {
         multi: MultiProgress,

@@ -1,5 +1,5 @@
 //! The client's configuration: fperf's flags with fperf's meanings
-//! (fperf-rpcnic-sume.md §1.2, "fperf §") plus our own measurement options.
+//! (`docs/tools.md` §1.2, "fperf §") plus our own measurement options.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use fracflow_proto::{CONTROLLER_WORKLOAD, LINE_U32, MAX_REQUEST_BYTES, SLOT_COUNT};
 
 /// Largest `-R` we accept: no unit answers more than the largest request
-/// (`pattern_slot` echoes it), frac §2.3/§2.5.
+/// (`pattern_slot` echoes it), `docs/frac.md` §2.3/§2.5.
 pub const MAX_RESPONSE_BYTES: u32 = MAX_REQUEST_BYTES;
 
 /// Largest `-m`: fperf's `BATCH_SIZE × MBUF_SIZE` = 256 KiB (fperf §1.2).

@@ -1,7 +1,7 @@
 //! fracflow's embedded, fperf-compatible load client: closed and open loop over TCP, fperf's console output, per-request samples and trace replay.
 //!
-//! Facts come from `/work/shared/reference/fperf-rpcnic-sume.md` §1
-//! ("fperf §") and `/work/shared/reference/frac-artifact.md` §2.7, §7.
+//! Facts come from the repository's `docs/tools.md` §1 ("fperf §N" in this
+//! crate) and `docs/frac.md` §2.7, §7 ("frac §N").
 //!
 //! * [`ClientConfig`] mirrors fperf's flags ([`ClientConfig::from_fperf_args`]);
 //! * [`run`] drives `-n` pinned threads × `-C` connections and returns a

@@ -1,4 +1,4 @@
-//! Per-second records, fperf's console format (fperf §1.6) and its parser,
+//! Per-second records, fperf's console format (`docs/tools.md` §1.6) and its parser,
 //! and JSON lines.
 
 use std::fmt::Write as _;

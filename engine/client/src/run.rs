@@ -360,7 +360,7 @@ pub fn run(config: &ClientConfig, observer: &mut dyn Observer) -> Result<RunRepo
             .name(format!("fracflow-client-{i}"))
             .spawn(move || {
                 // Pin only the threads we spawn: pinning the caller would
-                // shrink every pool it creates later (rust-stack.md §4).
+                // shrink every pool it creates later (docs/rust-stack.md §4).
                 let pinned = core
                     .filter(|c| core_affinity::set_for_current(*c))
                     .map(|c| c.id);

@@ -1,4 +1,5 @@
-//! Trace replay input (`-E`, fperf §1.11, frac §7): the CSV
+//! Trace replay input (`-E`; `docs/tools.md` §1.11 and `docs/frac.md` §7,
+//! "fperf §" and "frac §" below): the CSV
 //! `app,sleep_time,request_size,response_size` and a synthetic generator
 //! shaped like the Azure Functions trace (which is not redistributed here).
 
@@ -171,9 +172,9 @@ pub fn synthetic_trace(rows: usize, seed: u64) -> String {
 /// (frac §7): top_k and logit payloads of 512, 1024, 2048 or 4096 bytes,
 /// norm 4096, cnn 24576; responses 64 for top_k/cnn and the payload size
 /// for logit/norm; exponential gaps with mean `mean_sleep_s` capped at
-/// 15 s (the largest observed).  Its shape follows the reference's
-/// observation: the first tenth interleaves top_k, norm and cnn, then come
-/// long single-app stretches, logit last.  The reference gives no app
+/// 15 s (the largest observed).  Its shape follows the observation in
+/// frac §7: the first tenth interleaves top_k, norm and cnn, then come
+/// long single-app stretches, logit last.  The source gives no app
 /// proportions; every app appears whenever `rows >= 8`.
 #[must_use]
 pub fn synthetic_trace_with_mean_sleep(rows: usize, seed: u64, mean_sleep_s: f64) -> String {

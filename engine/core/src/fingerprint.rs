@@ -43,9 +43,54 @@ pub struct FieldChange {
 impl Fingerprint {
     /// The cache key: blake3 of the canonical JSON form, as hex.
     pub fn key(&self) -> String {
-        // Serialising maps of JSON values cannot fail; an empty key would only ever miss the cache.
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        blake3::hash(&bytes).to_hex().to_string()
+        blake3::hash(self.canonical_json().as_bytes())
+            .to_hex()
+            .to_string()
+    }
+
+    /// The canonical JSON form: the fields in declaration order, maps sorted by key, no spaces — the bytes
+    /// `serde_json` writes for this struct, so keys did not change when this replaced it. Written by hand
+    /// because a serialiser returns a `Result`, and a key made of whatever a failure left behind (empty
+    /// bytes) would give unrelated nodes one key; every piece here is a string, a number or a JSON value,
+    /// whose text cannot fail to be written.
+    fn canonical_json(&self) -> String {
+        fn string(text: &str) -> String {
+            serde_json::Value::from(text).to_string()
+        }
+        fn object<'a, V: 'a>(
+            entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+            value: impl Fn(&V) -> String,
+        ) -> String {
+            let fields: Vec<String> = entries
+                .into_iter()
+                .map(|(key, inner)| format!("{}:{}", string(key), value(inner)))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        fn array(items: &[String]) -> String {
+            let items: Vec<String> = items.iter().map(|item| string(item)).collect();
+            format!("[{}]", items.join(","))
+        }
+        let json = |value: &serde_json::Value| value.to_string();
+        let text = |value: &String| string(value);
+        let fields = [
+            ("version", self.version.to_string()),
+            ("kind", string(&self.kind)),
+            ("kind_version", self.kind_version.to_string()),
+            ("config", object(&self.config, json)),
+            ("point", object(&self.point, json)),
+            ("outputs", array(&self.outputs)),
+            ("inputs", object(&self.inputs, text)),
+            ("upstream", object(&self.upstream, text)),
+            ("tools", object(&self.tools, text)),
+            ("testbed", object(&self.testbed, json)),
+            ("placement", array(&self.placement)),
+        ];
+        let fields: Vec<String> = fields
+            .iter()
+            .map(|(name, value)| format!("{}:{value}", string(name)))
+            .collect();
+        format!("{{{}}}", fields.join(","))
     }
 
     /// Fields of `self` (old) that differ in `new`, sorted by field path.
@@ -78,10 +123,37 @@ impl Fingerprint {
 }
 
 fn flatten(fingerprint: &Fingerprint) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    if let Ok(value) = serde_json::to_value(fingerprint) {
-        flatten_into(&mut out, String::new(), &value, 0);
+    use serde_json::Value;
+    fn object<V: Clone + Into<Value>>(map: &BTreeMap<String, V>) -> Value {
+        Value::Object(
+            map.iter()
+                .map(|(key, value)| (key.clone(), value.clone().into()))
+                .collect(),
+        )
     }
+    // Built field by field rather than through `serde_json::to_value`, which could only fail by leaving
+    // `why` with an empty diff.
+    let fields = [
+        ("version", Value::from(fingerprint.version)),
+        ("kind", Value::from(fingerprint.kind.clone())),
+        ("kind_version", Value::from(fingerprint.kind_version)),
+        ("config", object(&fingerprint.config)),
+        ("point", object(&fingerprint.point)),
+        ("outputs", Value::from(fingerprint.outputs.clone())),
+        ("inputs", object(&fingerprint.inputs)),
+        ("upstream", object(&fingerprint.upstream)),
+        ("tools", object(&fingerprint.tools)),
+        ("testbed", object(&fingerprint.testbed)),
+        ("placement", Value::from(fingerprint.placement.clone())),
+    ];
+    let value = Value::Object(
+        fields
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect(),
+    );
+    let mut out = BTreeMap::new();
+    flatten_into(&mut out, String::new(), &value, 0);
     out
 }
 
@@ -129,6 +201,35 @@ mod tests {
             tools: BTreeMap::new(),
             testbed: BTreeMap::new(),
             placement: Vec::new(),
+        }
+    }
+
+    /// Keys must not change with the encoding: entries in existing caches stay hits.
+    #[test]
+    fn the_canonical_form_is_what_serde_json_writes() {
+        let mut fingerprint = sample();
+        fingerprint.config.insert(
+            "nested".into(),
+            serde_json::json!({"z": [1, 2.5, null], "a": {"q\"uote": "tab\there", "ünï": true}}),
+        );
+        fingerprint.point.insert("n".into(), serde_json::json!(-4));
+        fingerprint.upstream.insert("dep\\x".into(), "ff".into());
+        fingerprint.tools.insert("g++".into(), "13.2".into());
+        fingerprint
+            .testbed
+            .insert("client_threads".into(), serde_json::json!(8));
+        fingerprint.placement.push("device:fpga0".into());
+        for fingerprint in [sample(), fingerprint] {
+            let serde = serde_json::to_string(&fingerprint).expect("serialisable");
+            assert_eq!(fingerprint.canonical_json(), serde);
+            assert_eq!(
+                fingerprint.key(),
+                blake3::hash(serde.as_bytes()).to_hex().to_string()
+            );
+            let mut through_serde = BTreeMap::new();
+            let value = serde_json::to_value(&fingerprint).expect("serialisable");
+            flatten_into(&mut through_serde, String::new(), &value, 0);
+            assert_eq!(flatten(&fingerprint), through_serde);
         }
     }
 

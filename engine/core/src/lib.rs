@@ -2,9 +2,11 @@
 //! it knows no YAML, sockets or devices.
 
 pub mod cache;
+mod decide;
 pub mod exec;
 pub mod fingerprint;
 pub mod graph;
+pub mod history;
 pub mod keylock;
 pub mod lock;
 pub mod plan;
@@ -17,7 +19,7 @@ pub use cache::{Cache, CacheEntry};
 pub use exec::{Cancel, Executor, Job, KindInfo, Kinds, NodeError, Outcome, RunIdentity};
 pub use fingerprint::{FieldChange, Fingerprint};
 pub use graph::{Graph, GraphError};
-pub use lock::{LockError, TestbedLock};
+pub use lock::{LockError, LockScope, TestbedLock, lock_name};
 pub use run::{RunDir, RunMeta};
 pub use scheduler::{Engine, Observer, RunOptions, RunSummary};
 pub use spec::{NodeId, NodeSpec, Origin, Pipeline, Resource};

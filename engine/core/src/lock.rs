@@ -11,6 +11,29 @@ pub struct TestbedLock {
     path: PathBuf,
 }
 
+/// Who a testbed is exclusive to, which decides the lock's name.
+#[derive(Debug, Clone, Copy)]
+pub enum LockScope<'a> {
+    /// A real board: one run at a time on this machine, whatever project it comes from.
+    Machine,
+    /// A testbed whose device each run starts for itself (the emulated one): only runs of the project at this
+    /// root exclude each other, since they share its `results/` and `latest` links.
+    Project(&'a Path),
+}
+
+/// The lock name a run on `testbed` takes: the testbed's name, made per project by a hash of the project's
+/// canonical root (so a symlinked checkout and its target share one lock).
+pub fn lock_name(testbed: &str, scope: LockScope<'_>) -> String {
+    match scope {
+        LockScope::Machine => testbed.to_owned(),
+        LockScope::Project(root) => {
+            let root = fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+            let tag = blake3::hash(root.as_os_str().as_encoded_bytes()).to_hex();
+            format!("{testbed}-project-{}", &tag[..12])
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("testbed `{testbed}` is in use by pid {holder} ({command}); lock file {path}")]
@@ -61,5 +84,52 @@ impl TestbedLock {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_wide_lock_is_named_after_the_testbed() {
+        assert_eq!(lock_name("u280", LockScope::Machine), "u280");
+    }
+
+    #[test]
+    fn project_locks_differ_per_project_and_follow_symlinks() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+        fs::create_dir_all(&one)?;
+        fs::create_dir_all(&two)?;
+        let link = dir.path().join("link-to-one");
+        std::os::unix::fs::symlink(&one, &link)?;
+
+        let name = lock_name("emulated", LockScope::Project(&one));
+        assert!(name.starts_with("emulated-project-"), "{name}");
+        assert_eq!(name.len(), "emulated-project-".len() + 12, "{name}");
+        assert_ne!(name, lock_name("emulated", LockScope::Project(&two)));
+        assert_eq!(name, lock_name("emulated", LockScope::Project(&link)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_second_holder_is_refused_naming_the_first() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let held = TestbedLock::acquire(dir.path(), "emulated", "fracflow run slow")
+            .map_err(io::Error::other)?;
+        match TestbedLock::acquire(dir.path(), "emulated", "fracflow run quick") {
+            Err(LockError::Held {
+                holder, command, ..
+            }) => {
+                assert_eq!(holder, std::process::id().to_string());
+                assert_eq!(command, "fracflow run slow");
+            }
+            other => panic!("expected the lock to be held, got {other:?}"),
+        }
+        drop(held);
+        TestbedLock::acquire(dir.path(), "emulated", "fracflow run quick")
+            .map_err(io::Error::other)?;
+        Ok(())
     }
 }

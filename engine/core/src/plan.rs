@@ -1,10 +1,11 @@
 //! `plan` and `why`: what a run would do and why, computed from the cache without touching anything.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
+use crate::decide::{self, Contribution, Need, Unkeyed};
 use crate::fingerprint::{FieldChange, Fingerprint};
 use crate::graph::Graph;
 use crate::scheduler::{Engine, RunOptions};
@@ -22,14 +23,15 @@ pub enum Verdict {
     },
     /// Forced by `--rerun`.
     Forced { key: String },
-    /// A dependency will run, so its key is known only then.
+    /// A dependency will run, so its key is known only then. For a lazy effect: whether it runs is known only
+    /// once these nodes have run (they decide whether a node that needs it is a cache hit).
     AfterUpstream { upstream: Vec<String> },
     /// Its key cannot be computed (missing input file, unknown kind).
     Error { message: String },
     /// The kind is an effect (programming a device): it runs whenever the run reaches it; a lazy effect, only
     /// because something that needs it runs.
     Always { key: String },
-    /// A lazy effect (a set-up step) whose dependents are all cached: the run will skip it.
+    /// A lazy effect (a set-up step) whose dependents are all cached, or not needed either: the run will skip it.
     NotNeeded { key: String },
 }
 
@@ -51,12 +53,24 @@ pub struct PlanItem {
 }
 
 impl PlanItem {
+    /// Whether the run executes it, or may (`run?`, errors): neither a cache hit nor a lazy effect that
+    /// nothing needs, which the run skips and which takes no time.
     pub fn will_run(&self) -> bool {
-        !matches!(self.verdict, Verdict::Cached { .. })
+        !matches!(
+            self.verdict,
+            Verdict::Cached { .. } | Verdict::NotNeeded { .. }
+        )
     }
 }
 
-/// Every node `targets` need, in topological order, with its verdict and estimates.
+/// What a planned node contributes to its dependents' keys, when that is known before the run.
+enum Known {
+    Effect(String),
+    Output(String),
+}
+
+/// Every node `targets` need, in topological order, with its verdict and estimates. Keys and needs come from
+/// `decide`, as in a run.
 pub fn plan(
     engine: Engine<'_>,
     graph: &Graph,
@@ -64,11 +78,11 @@ pub fn plan(
     options: &RunOptions,
 ) -> Vec<PlanItem> {
     let selected = graph.closure(targets);
-    let mut output_hash: HashMap<NodeIndex, Option<String>> = HashMap::new();
-    // Lazy effects: their dependents key on their keys, and they key on none but each other's (see `scheduler`).
-    let mut lazy_nodes: HashSet<NodeIndex> = HashSet::new();
+    let mut known: HashMap<NodeIndex, Known> = HashMap::new();
     let mut items: Vec<PlanItem> = Vec::new();
     let mut item_of: HashMap<NodeIndex, usize> = HashMap::new();
+    // Lazy effects that run only if a node that depends on them runs, decided once their dependents are.
+    let mut if_needed: Vec<NodeIndex> = Vec::new();
     for &index in graph.topological() {
         if !selected.contains(&index) {
             continue;
@@ -79,65 +93,51 @@ pub fn plan(
             .executor(&spec.kind)
             .map(|e| e.describe(spec))
             .unwrap_or_default();
-        let info = engine.kind_info(spec);
-        let lazy = info.as_ref().is_ok_and(|info| engine.is_lazy(spec, info));
-        let mut upstream = BTreeMap::new();
-        let mut pending = Vec::new();
-        for dep in graph.dependencies(index) {
-            if lazy && !lazy_nodes.contains(&dep) {
-                continue;
+        let keyed = decide::key(engine, graph, index, options, |dependency| {
+            match known.get(&dependency) {
+                Some(Known::Effect(key)) => Contribution::Effect(key),
+                Some(Known::Output(hash)) => Contribution::Output(hash),
+                None => Contribution::Unknown,
             }
-            match output_hash.get(&dep).cloned().flatten() {
-                Some(hash) => {
-                    upstream.insert(graph.spec(dep).id.clone(), hash);
+        });
+        let (verdict, fingerprint) = match keyed {
+            Err(Unkeyed::Upstream(upstream)) => (Verdict::AfterUpstream { upstream }, None),
+            Err(Unkeyed::Error(error)) => (
+                Verdict::Error {
+                    message: error.message,
+                },
+                None,
+            ),
+            Ok(keyed) => {
+                let has_dependents = graph.dependents(index).any(|d| selected.contains(&d));
+                let need = decide::decide(engine, spec, &keyed, options, has_dependents);
+                let key = keyed.key.clone();
+                if keyed.lazy {
+                    known.insert(index, Known::Effect(key.clone()));
                 }
-                None => pending.push(graph.spec(dep).id.clone()),
-            }
-        }
-        pending.sort();
-        let mut current = None;
-        let (verdict, hash) = if !pending.is_empty() {
-            (Verdict::AfterUpstream { upstream: pending }, None)
-        } else {
-            match info.and_then(|info| {
-                engine
-                    .fingerprint(spec, &info, upstream, &options.testbed)
-                    .map(|f| (info, f))
-            }) {
-                Err(error) => (
-                    Verdict::Error {
-                        message: error.message,
-                    },
-                    None,
-                ),
-                Ok((info, fingerprint)) => {
-                    let key = fingerprint.key();
-                    current = Some(fingerprint.clone());
-                    let forced = options.rerun.iter().any(|p| {
-                        p == &spec.id || glob::Pattern::new(p).is_ok_and(|g| g.matches(&spec.id))
-                    });
-                    if lazy {
-                        // It runs only if a dependent does; `plan` cannot say yet, and prints it as an effect.
-                        lazy_nodes.insert(index);
-                        (Verdict::Always { key: key.clone() }, Some(key))
-                    } else if !info.cacheable {
-                        (Verdict::Always { key }, None)
-                    } else if forced {
-                        (Verdict::Forced { key }, None)
-                    } else if let Some(entry) = engine.cache.get(&key) {
-                        (Verdict::Cached { key }, Some(entry.output_hash))
-                    } else {
+                let verdict = match need {
+                    Need::Hit(entry) => {
+                        known.insert(index, Known::Output(entry.output_hash));
+                        Verdict::Cached { key }
+                    }
+                    Need::Miss => {
                         let changes = engine
                             .cache
                             .latest_for(&spec.id)
-                            .map(|old| old.fingerprint.diff(&fingerprint))
+                            .map(|old| old.fingerprint.diff(&keyed.fingerprint))
                             .unwrap_or_default();
-                        (Verdict::Run { key, changes }, None)
+                        Verdict::Run { key, changes }
                     }
-                }
+                    Need::Forced => Verdict::Forced { key },
+                    Need::Effect => Verdict::Always { key },
+                    Need::IfNeeded => {
+                        if_needed.push(index);
+                        Verdict::Always { key }
+                    }
+                };
+                (verdict, Some(keyed.fingerprint))
             }
         };
-        output_hash.insert(index, hash);
         let (estimate_seconds, estimate_source) =
             match (spec.estimate, engine.cache.median_duration(&spec.id)) {
                 (Some(declared), _) => (Some(declared.as_secs_f64()), "declared"),
@@ -157,49 +157,45 @@ pub fn plan(
             estimate_seconds,
             estimate_source,
             estimate_bytes,
-            fingerprint: current,
+            fingerprint,
         });
     }
-    mark_unneeded_effects(graph, &selected, &lazy_nodes, &item_of, &mut items);
-    items
-}
-
-/// A lazy effect runs when a node that depends on it runs (along a chain, when the next effect runs) or when
-/// nothing in the plan depends on it (asked for by itself); otherwise the run skips it, as the scheduler does.
-fn mark_unneeded_effects(
-    graph: &Graph,
-    selected: &std::collections::BTreeSet<NodeIndex>,
-    lazy_nodes: &HashSet<NodeIndex>,
-    item_of: &HashMap<NodeIndex, usize>,
-    items: &mut [PlanItem],
-) {
-    let mut needed: HashSet<NodeIndex> = HashSet::new();
-    for &index in graph.topological().iter().rev() {
-        if !lazy_nodes.contains(&index) {
-            continue;
-        }
-        let dependents: Vec<NodeIndex> = graph
-            .dependents(index)
-            .filter(|d| selected.contains(d))
-            .collect();
-        let runs = dependents.is_empty()
-            || dependents.iter().any(|d| {
-                if lazy_nodes.contains(d) {
-                    needed.contains(d)
-                } else {
-                    item_of
-                        .get(d)
-                        .is_none_or(|&i| !matches!(items[i].verdict, Verdict::Cached { .. }))
+    // Last dependents first: along a chain (program → reboot → driver) each effect is needed when the next is.
+    for &index in if_needed.iter().rev() {
+        let mut pending: Vec<String> = Vec::new();
+        let mut runs = false;
+        for dependent in graph.dependents(index) {
+            let Some(&item) = item_of.get(&dependent) else {
+                continue;
+            };
+            match &items[item].verdict {
+                Verdict::Run { .. } | Verdict::Forced { .. } | Verdict::Always { .. } => {
+                    runs = true
                 }
-            });
-        if runs {
-            needed.insert(index);
-        } else if let Some(&i) = item_of.get(&index)
-            && let Verdict::Always { key } = &items[i].verdict
-        {
-            items[i].verdict = Verdict::NotNeeded { key: key.clone() };
+                Verdict::AfterUpstream { upstream } => pending.extend(upstream.iter().cloned()),
+                // A node whose key cannot be computed fails before it could need anything.
+                Verdict::Cached { .. } | Verdict::NotNeeded { .. } | Verdict::Error { .. } => {}
+            }
         }
+        let Some(&item) = item_of.get(&index) else {
+            continue;
+        };
+        let Verdict::Always { key } = &items[item].verdict else {
+            continue;
+        };
+        let key = key.clone();
+        items[item].verdict = if runs {
+            Verdict::Always { key }
+        } else if pending.is_empty() {
+            Verdict::NotNeeded { key }
+        } else {
+            // A dependent's key waits for a node that runs first: early cutoff may yet make it a hit.
+            pending.sort();
+            pending.dedup();
+            Verdict::AfterUpstream { upstream: pending }
+        };
     }
+    items
 }
 
 /// What `why NODE` reports.

@@ -1,5 +1,5 @@
 //! `fracflow cpu-server`: the software baseline of Figure 16, a stand-in for
-//! fperf's CPU server (`fperf -s -n K`, fperf-rpcnic-sume.md §1.10, "fperf
+//! fperf's CPU server (`fperf -s -n K`, `docs/tools.md` §1.10, "fperf
 //! §"), speaking the `-Z 0` protocol our client (and fperf's) sends.
 //!
 //! # Protocol

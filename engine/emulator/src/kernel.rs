@@ -48,7 +48,7 @@ pub enum KernelError {
     WrongLength {
         /// Unit name.
         unit: &'static str,
-        /// The response size of the reference's table.
+        /// The response size of the table in `docs/frac.md` §2.5.
         expected: usize,
         /// What the kernel returned.
         got: i64,

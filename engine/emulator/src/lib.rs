@@ -1,7 +1,7 @@
 //! The embedded software fRAC device: the emulated HLS → weave → bitstream build chain, the device server that speaks the real wire and controller protocol, and the client helpers that program, load and probe it.
 //!
-//! Facts come from `/work/shared/reference/frac-artifact.md` ("frac §"); the
-//! wire format itself is [`fracflow_proto`].
+//! Facts come from the repository's `docs/frac.md` ("frac §N" in this crate);
+//! the wire format itself is [`fracflow_proto`].
 //!
 //! # Build chain ([`build`])
 //!

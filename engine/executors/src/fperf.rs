@@ -3,7 +3,7 @@
 //! complete, and turns the log and the per-thread `hugepage_thread_*.txt` files into the embedded client's
 //! records ([`SecondRecord`], [`Sample`]), so both clients' results are written and read the same way.
 //!
-//! Facts: `/work/shared/reference/fperf-rpcnic-sume.md` §1.6–1.7, §1.11 and `frac-artifact.md` §2.7, §6.1.
+//! Facts: `docs/tools.md` §1.6–1.7, §1.11 ("§1.x" below) and `docs/frac.md` §2.7, §6.1.
 //!
 //! # The command
 //!

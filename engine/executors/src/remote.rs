@@ -1,7 +1,7 @@
 //! Other hosts of a testbed, reached with `ssh -o BatchMode=yes` (a missing key fails at once instead of
 //! waiting for a password), and the CPU baseline server a run starts on the server host for each point.
 //!
-//! The server follows the artifact's procedure (`frac-artifact.md` §6.1) with our own marking: it is started
+//! The server follows the artifact's procedure (`docs/frac.md` §6.1) with our own marking: it is started
 //! as `fracflow cpu-server … --token fracflow-<run>-<engine pid>-<n>`, the engine waits until it accepts TCP,
 //! and it is stopped by the pid its launcher printed, after checking that this pid's argv still carries the
 //! token (a recycled pid is never signalled). A failed start is retried once. A start is refused while a

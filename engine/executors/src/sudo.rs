@@ -1,5 +1,5 @@
 //! Root for a real testbed's tools, asked for at most once per run and kept fresh for its whole length, as
-//! the artifact's runner does (`frac-artifact.md` §6.1): `sudo -n true` first; when that needs a password, one
+//! the artifact's runner does (`docs/frac.md` §6.1): `sudo -n true` first; when that needs a password, one
 //! `sudo -v` on the terminal (refused when the profile's sudo says `-n`: that testbed must never prompt); then
 //! `sudo -n -v` every refresh period until the run ends, so an hour-long sweep never stops at a prompt.
 

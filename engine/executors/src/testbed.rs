@@ -61,7 +61,7 @@ fn default_sudo() -> String {
     "sudo".to_owned()
 }
 
-/// How a real board is programmed and reached (frac-artifact.md §6.1, §8).
+/// How a real board is programmed and reached (docs/frac.md §6.1, §8).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BoardProfile {
@@ -577,7 +577,7 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// `reconfslots`' defaults: 256-byte chunks staged at HBM 0x10004000 (frac-artifact.md §6.1).
+/// `reconfslots`' defaults: 256-byte chunks staged at HBM 0x10004000 (docs/frac.md §6.1).
 const DEFAULT_CHUNK_SIZE: usize = 256;
 const DEFAULT_HBM_ADDR: u64 = 0x1000_4000;
 

@@ -1,7 +1,7 @@
 //! The fperf adapter against a fake testbed: shell scripts standing in for `sudo`, `timeout`, `tpa` and fperf,
 //! found first on the child's PATH. Each fake records its argv (one argument per line) in `$FAKE_DIR`; the
 //! fake fperf also records its `TPA_*` environment, prints fperf's documented rr console format
-//! (fperf-rpcnic-sume.md §1.6) and writes `hugepage_thread_<i>.txt` into `-D` (§1.7).
+//! (docs/tools.md §1.6) and writes `hugepage_thread_<i>.txt` into `-D` (§1.7).
 //!
 //! The fake fperf's data: thread `i` completes `2 + s + i` requests in second `s`, and the `j`-th of them
 //! (from 1) has latency `1000 × (s + 1) + j` ns, so a sample tells which second it came from.

@@ -124,7 +124,8 @@ pub fn parse_only(text: &str) -> Result<OnlyFilter, String> {
 }
 
 /// Parses `NAME=VALUE` (as given to `--set`): the value is read as JSON when it is valid JSON (`5`, `true`,
-/// `[1,2]`), else taken as a string.
+/// `[1,2]`), else taken as a string. A number too large for a double (`1e400`) is refused: JSON cannot hold
+/// it, and taking it as the text "1e400" would hand a node a string where it expects a number.
 pub fn parse_set(text: &str) -> Result<(String, serde_json::Value), String> {
     let Some((name, value)) = text.split_once('=') else {
         return Err(format!("`{text}` should look like NAME=VALUE"));
@@ -135,9 +136,23 @@ pub fn parse_set(text: &str) -> Result<(String, serde_json::Value), String> {
             "`{text}` has no name before `=`; it should look like NAME=VALUE"
         ));
     }
+    if is_number_literal(value) && value.parse::<f64>().is_ok_and(|v| !v.is_finite()) {
+        return Err(format!(
+            "`{value}` is too large a number (a parameter must be a finite number, at most about 1.8e308)"
+        ));
+    }
     let value =
         serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
     Ok((name.to_owned(), value))
+}
+
+/// Whether `text` is written as a JSON number (`-12`, `3.5`, `1e400`), whatever its size.
+fn is_number_literal(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    digits.starts_with(|c: char| c.is_ascii_digit())
+        && digits
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
 }
 
 /// The node kinds the loader accepts (`command`, `group`, …), for checking against the executor registry.
@@ -211,5 +226,22 @@ mod tests {
             Ok(("s".to_owned(), serde_json::json!("abc")))
         );
         assert!(parse_set("d").is_err());
+        assert_eq!(
+            parse_set("x=1e300"),
+            Ok(("x".to_owned(), serde_json::json!(1e300)))
+        );
+        for huge in ["rounds=1e400", "rounds=-1e400", "rounds=1E+999"] {
+            let refused = parse_set(huge).expect_err("not a finite number");
+            assert!(refused.contains("too large a number"), "{huge}: {refused}");
+        }
+        // Text that merely starts like a number stays text.
+        assert_eq!(
+            parse_set("v=1.2.3"),
+            Ok(("v".to_owned(), serde_json::json!("1.2.3")))
+        );
+        assert_eq!(
+            parse_set("v=1.2.3-rc1"),
+            Ok(("v".to_owned(), serde_json::json!("1.2.3-rc1")))
+        );
     }
 }

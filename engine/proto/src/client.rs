@@ -1,6 +1,6 @@
 //! Client-side request framing: fperf `-Z 1` (fRAC header, frac §2.7 and
 //! fperf §1.8) and fperf `-Z 0` (`struct test_info` for fperf's CPU server,
-//! fperf §1.9).
+//! fperf §1.9).  "frac §N" is `docs/frac.md` §N, "fperf §N" `docs/tools.md` §N.
 
 use crate::error::ProtoError;
 use crate::header::{Flags, RequestHeader};

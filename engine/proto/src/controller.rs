@@ -1,4 +1,4 @@
-//! The reconfiguration-controller protocol, workload `0x00ab` (frac §2.8, §3).
+//! The reconfiguration-controller protocol, workload `0x00ab` (`docs/frac.md` §2.8, §3: "frac §").
 //!
 //! A controller request is the fRAC header (declared size = command line +
 //! padded payload, header excluded; `FIRST|LAST`) followed by one 64-byte

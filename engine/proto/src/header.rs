@@ -1,4 +1,4 @@
-//! The 64-byte fRAC request header (frac §2.2) and workload routing.
+//! The 64-byte fRAC request header (`docs/frac.md` §2.2, "frac §") and workload routing.
 //!
 //! Layout, all little-endian:
 //!

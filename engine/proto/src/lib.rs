@@ -1,7 +1,7 @@
 //! Pure, I/O-free model of the fRAC device's wire protocol, shared by the emulated device and the load client.
 //!
-//! Facts come from `/work/shared/reference/frac-artifact.md` §2-§3 ("frac §")
-//! and `/work/shared/reference/fperf-rpcnic-sume.md` §1 ("fperf §").
+//! Facts come from the repository's `docs/frac.md` §2–§3 (cited as "frac §N" in
+//! every module of this crate) and `docs/tools.md` §1 ("fperf §N").
 //!
 //! * [`header`]: the 64-byte request header, its flags and workload routing;
 //! * [`reassembly`]: device-side request reassembly (byte stream and segments);

@@ -1,7 +1,7 @@
 //! Sizes and limits of the fRAC wire format, as named constants.
 //!
-//! Section numbers refer to `/work/shared/reference/frac-artifact.md` ("frac §")
-//! and `/work/shared/reference/fperf-rpcnic-sume.md` ("fperf §").
+//! Section numbers refer to `docs/frac.md` ("frac §N") and `docs/tools.md`
+//! ("fperf §N", its §1).
 
 /// One 64-byte line: one 512-bit AXI-Stream beat; everything on the wire is
 /// counted in whole lines (frac §2.1).
@@ -21,9 +21,9 @@ pub const PREFIX_BYTE: u8 = 0xff;
 
 /// Largest request the device handles, header included.
 ///
-/// frac §2.3: "The request size reaching the slots is 16 bits (`rx_req_size =
-/// packet_size[15:0]`), so the largest request is 65535 rounded down to whole
-/// lines (65472 bytes) per `checkfuncs.go`."  The limit is inclusive:
+/// frac §2.3: the size that reaches the slots is 16 bits wide (`rx_req_size`),
+/// so the largest request is 65535 rounded down to whole lines, 65472 bytes
+/// (the figure `checkfuncs.go` uses).  The limit is inclusive:
 /// 65 472 bytes is accepted, 65 536 is not.  This crate applies it to the bytes
 /// a request occupies on the wire, so for the reconfiguration controller (whose
 /// declared size excludes the header) the declared size may be at most

@@ -1,6 +1,6 @@
 //! Device-side request reassembly as pure state machines, one per connection.
 //!
-//! What the reference says (frac §2.3, §2.7):
+//! What `docs/frac.md` says (§2.3, §2.7; "frac §" below):
 //!
 //! * a request is one header line (`FIRST` set) followed by data up to the
 //!   size the header declares; the client writes it in `-m`-byte pieces and

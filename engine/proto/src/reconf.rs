@@ -1,5 +1,5 @@
 //! The request sequence `reconfslots` sends to load a partial bitstream into
-//! a slot (frac §3, "Loading procedure").
+//! a slot (`docs/frac.md` §3, "Loading procedure").
 //!
 //! The file is padded with zeros to a multiple of 4 bytes, uploaded with
 //! `WRITE_HBM` requests of `chunk_size` bytes each (the last one shorter;

@@ -1,4 +1,4 @@
-//! Which unit answers how many bytes (frac §2.5, fperf §1.8 `func_response_size`).
+//! Which unit answers how many bytes (`docs/frac.md` §2.5, "frac §"; `docs/tools.md` §1.8 `func_response_size`).
 
 use crate::limits::{LINE_U32, NORM_MAX_REQUEST_BYTES};
 

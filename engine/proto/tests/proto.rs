@@ -1,9 +1,9 @@
-//! Tests of fracflow-proto: golden bytes from the reference's worked examples
-//! (frac-artifact.md §2.6, fperf-rpcnic-sume.md §1.8-1.9), round trips,
-//! reassembly under every split, error cases and limits.
+//! Tests of fracflow-proto: golden bytes from the worked examples of
+//! `docs/frac.md` §2.6 and `docs/tools.md` §1.8-1.9 ("frac §", "fperf §"),
+//! round trips, reassembly under every split, error cases and limits.
 //!
-//! Golden bytes are written by hand from the reference text in the notation
-//! `ffx56` = 56 bytes of 0xff (the reference's `ff x56`); `|` is ignored.
+//! Golden bytes are written by hand from those sections in the notation
+//! `ffx56` = 56 bytes of 0xff (the docs' `ff x56`); `|` is ignored.
 
 use fracflow_proto::{
     CONTROLLER_WORKLOAD, CommandLine, ControllerCommand, ControllerRequest, ControllerResponse,

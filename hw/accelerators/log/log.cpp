@@ -1,5 +1,5 @@
-// log (Logit): ln(x / (1 - x)) per single-precision value (frac artifact
-// reference §2.5, §5).
+// log (Logit): ln(x / (1 - x)) per single-precision value (docs/frac.md
+// §2.5, §5).
 //
 // Request: header line + N lines of 16 x f32 LE. Answer: one line per data
 // line (request size - 64 bytes), each value replaced by its logit, computed

@@ -1,5 +1,5 @@
 // norm (Min-Max normalisation): (x - min) / (max - min) per single-precision
-// value, min and max over the whole request (frac artifact reference §2.5, §5).
+// value, min and max over the whole request (docs/frac.md §2.5, §5).
 //
 // Request: header line + N lines of 16 x f32 LE, N <= 256 (the unit's line
 // buffer). Answer: one line per data line (request size - 64 bytes). Every

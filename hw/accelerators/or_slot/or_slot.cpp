@@ -1,4 +1,4 @@
-// or_slot: the OR-with-all-ones test unit (frac artifact reference §2.5, §5).
+// or_slot: the OR-with-all-ones test unit (docs/frac.md §2.5, §5).
 //
 // Every line of the request, header included, is answered as the line OR all
 // ones, i.e. 64 bytes of 0xff per request line.

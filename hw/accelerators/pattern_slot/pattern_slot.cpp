@@ -1,4 +1,4 @@
-// pattern_slot: the echo test unit (frac artifact reference §2.5, §5).
+// pattern_slot: the echo test unit (docs/frac.md §2.5, §5).
 //
 // Every line of the request, header included, is answered unchanged, so the
 // response is exactly as long as the request. The Figure 13 throughput runs

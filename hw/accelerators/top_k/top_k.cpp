@@ -1,5 +1,5 @@
-// top_k: the 16 largest u32 words of a request, largest first (frac artifact
-// reference §2.5, §5).
+// top_k: the 16 largest u32 words of a request, largest first (docs/frac.md
+// §2.5, §5).
 //
 // Request: header line + N lines of 16 x u32 LE. Answer: one 64-byte line
 // holding the 16 largest data words by unsigned compare, in descending order;

@@ -2,7 +2,7 @@
 host under test (its /proc, /sys, PCI device, driver and boot id).
 
 These are tool doubles, not hardware: they print the output formats documented in
-/work/shared/reference/fperf-rpcnic-sume.md §2 with numbers made up by a formula, so that the pipeline's
+docs/tools.md §2 (RPCNIC) with numbers made up by a formula, so that the pipeline's
 steps, their order and its parsing can be tested without an FPGA. Layout of $RPCNIC_DOUBLES_HOME:
 
     record.log                     one line per call: TOOL ARGS...

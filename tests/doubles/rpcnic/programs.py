@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A fake RPCNIC host program, as the make double builds it (PROGRAM, BENCH and PCI_BUS are filled in). A tool
 double, not the real program: it checks the fake host is set up as the real one needs (root, the QDMA queues of
-its bus started, the right design enumerated) and prints the output format of reference §2.3 with numbers from
+its bus started, the right design enumerated) and prints the output format of docs/tools.md §2.3 with numbers from
 the formulas below, a deterministic function of benchmark, message index, design and how many times this
 (program, bench, index) ran before on this host (the repetition jitter).
 The stop signals of a timeout are recorded, so a test can tell that the first one (SIGINT) ended a hung run.
@@ -17,14 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-# `total size` of deserialize_hw per bench and message index (reference §2.5; bench2 and bench5 were not read).
+# `total size` of deserialize_hw per bench and message index (docs/tools.md §2.5; bench2 and bench5 were not read).
 DESER = {
     0: [91323, 10091, 301623, 199606, 78490, 182783, 84250, 282819, 117569, 45176],
     1: [6874, 583, 9111, 8954, 12474, 17, 2395, 1016, 89, 1435],
     3: [202083, 845, 45885, 1821, 85898, 12888, 324753, 540, 35039, 634],
     4: [1710, 326750, 248204, 664, 20128, 25284, 37490, 146428, 63668, 36078],
 }
-# bench0's (cpu-part, c2h) of serialize_co/hw (reference §2.5).
+# bench0's (cpu-part, c2h) of serialize_co/hw (docs/tools.md §2.5).
 BENCH0_SPLIT = [(502, 91776), (325, 10048), (365, 301952), (1315, 199424), (1227, 77696),
                 (2458, 181312), (1024, 83648), (1036, 282688), (809, 117184), (584, 44864)]
 # Which enumerated design each program needs.
@@ -37,12 +37,12 @@ DESIGNS = {
 
 
 def full_length(bench, idx):
-    """serialize_sw's host_serialized_len: 17–190 bytes more than the deserializer's size (§2.5)."""
+    """serialize_sw's host_serialized_len: 17–190 bytes more than the deserializer's size (docs/tools.md §2.5)."""
     return DESER[bench][idx] + 17 + (31 * bench + 17 * idx) % 174
 
 
 def split(bench, idx):
-    """(cpu-part, c2h): bench0 from §2.5; otherwise the fields of 4 KiB and more go to the c2h staging area."""
+    """(cpu-part, c2h): bench0 from docs/tools.md §2.5; otherwise the fields of 4 KiB and more go to the c2h staging area."""
     if bench == 0:
         return BENCH0_SPLIT[idx]
     full = full_length(bench, idx)
@@ -138,7 +138,7 @@ else:
     elif PROGRAM == "serialize_co":
         sw = (0.5 + cpu / 1500) * jitter
         total = sw + (1.5 + c2h / 20000) * jitter
-        # The same label twice: the software part, then the total (§2.3).
+        # The same label twice: the software part, then the total (docs/tools.md §2.3).
         print(f"1. Hyperprotobench.bench0.Serialize() timeing: {sw:.3f} us")
         print(f"1. Hyperprotobench.bench0.Serialize() timeing: {total:.3f} us")
         print(f"host_serialized_len = {cpu}")

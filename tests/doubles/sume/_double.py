@@ -3,10 +3,10 @@
 (dsumecfg, devctl, pciconf, kldstat, kldload, ifconfig, sysctl, dmesg, ping, iperf, netserver, netperf, pkt-gen,
 ssh, sudo) all run this one with their name. None of them touches hardware or the network: they keep one
 simulated board in a state file, print what the real tools print (the formats the scripts in hw/sume/ parse,
-reference §3.6) and append their argv to a record, so a test can check what ran, where and in which order.
+docs/tools.md §3.6) and append their argv to a record, so a test can check what ran, where and in which order.
 
-Every number they print is made up from the seed's own table (FreeBSD 12.1-p7 column of
-/work/shared/seeds/003, the NetFPGA SUME driver page) by the rules in RATES below; nothing is measured.
+Every number they print is made up from the driver page's own table (its FreeBSD 12.1-p7 row, docs/tools.md
+§3.8) by the rules in RATES below; nothing is measured.
 
 Files, under $SUME_DOUBLES_DIR (default $FRACFLOW_ROOT/.fracflow/sume-doubles):
   record.txt   one line per invocation: `HOST: NAME ARG…` (HOST: `local`, or the ssh destination)
@@ -18,7 +18,7 @@ Scenario switches (environment):
   SUME_DOUBLES_RESET_ON=TEXT   a double whose record line contains TEXT makes the driver's TX-stuck watchdog
                                reset the board once while it runs (reset_ctr + 1, and dmesg says so)
 
-The simulated cabling (reference §3.6, seed: one port to another computer, two ports to each other):
+The simulated cabling (docs/tools.md §3.6, §3.8: one port to another computer, two ports to each other):
   sume0 <-> the peer's NIC (any interface on an ssh destination); sume2 -> sume3 (the loopback fibre);
   sume1 unconnected.
 """
@@ -58,9 +58,10 @@ ADAPTER_COUNTERS = [
     "rx_ebytes",
 ]
 
-# RATES: the seed's FreeBSD 12.1-p7 numbers. pkt-gen: Kpps by path and frame size (other sizes interpolate
-# linearly). TCP (iperf, netperf): Mbit/s by path at 1500-B writes; a write of L bytes gets L/1500 of it (made up,
-# so the table tells the sizes apart). TCP segments: ceil(bytes / 1448), an MSS at a 1500-B MTU.
+# RATES: the driver page's FreeBSD 12.1-p7 numbers (docs/tools.md §3.8).
+# pkt-gen: Kpps by path and frame size (other sizes interpolate linearly). TCP (iperf, netperf): Mbit/s by path
+# at 1500-B writes; a write of L bytes gets L/1500 of it (made up, so the table tells the sizes apart).
+# TCP segments: ceil(bytes / 1448), an MSS at a 1500-B MTU.
 PKTGEN_KPPS = {"tx": {60: 279.0, 1500: 260.0}, "rx": {60: 220.0, 1500: 215.0}, "loopback": {60: 164.0, 1500: 133.0}}
 TCP_MBPS = {("iperf", "tx"): 2200.0, ("iperf", "rx"): 610.0, ("netperf", "tx"): 2200.0, ("netperf", "rx"): 201.0}
 MSS = 1448

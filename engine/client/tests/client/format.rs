@@ -22,7 +22,7 @@ fn record(threads: Vec<ThreadSecond>) -> SecondRecord {
 }
 
 fn doc_thread(thread: u32) -> ThreadSecond {
-    // The reference's example: 126025 completions of 4096 B in one second.
+    // The example of docs/tools.md §1.6: 126025 completions of 4096 B in one second.
     ThreadSecond {
         thread,
         count: 126_025,

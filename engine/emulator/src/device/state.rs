@@ -63,7 +63,7 @@ impl ControllerState {
         QueryStatus {
             query_result: ErrorCode::Ok,
             // A reconfiguration holds the controller lock, so a query can
-            // never observe one in progress (as on the board, frac §9).
+            // never observe one in progress (as on the board, docs/frac.md §9).
             reconf_active: false,
             last_slot_id: self.last_slot_id,
             last_error: self.last_error,

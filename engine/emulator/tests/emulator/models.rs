@@ -1,5 +1,5 @@
-//! Reference implementations of the units, written from the reference's
-//! table (frac §2.5) and hw/accelerators/cnn/README.md, independent of the
+//! Reference implementations of the units, written from the table of
+//! `docs/frac.md` §2.5 and hw/accelerators/cnn/README.md, independent of the
 //! C++ sources.
 
 fn words(data: &[u8]) -> impl Iterator<Item = u32> + '_ {

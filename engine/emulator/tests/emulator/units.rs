@@ -78,7 +78,7 @@ fn top_k_order_and_mask() {
 #[test]
 fn top_k_worked_example_b_and_header_only() {
     let (dev, _log) = device();
-    // frac §2.6 example B: header alone (FIRST only), counter words.
+    // docs/frac.md §2.6 example B: header alone (FIRST only), counter words.
     let mut stream = connect(dev.addr());
     let payload: Vec<u8> = (0..16u32)
         .flat_map(|i| (0xaaaa_aaaa + i).to_le_bytes())

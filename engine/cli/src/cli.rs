@@ -1,0 +1,101 @@
+//! The command line: the global flags and one variant per command, whose flags live with the command.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::commands::{
+    cache::CacheAction, cpu_server::CpuServerArgs, device::DeviceCommand, graph::GraphArgs,
+    plan::PlanArgs, plot::PlotArgs, run::RunArgs, testbed::TestbedAction, why::WhyArgs,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fracflow",
+    version,
+    about = "Rebuild, re-measure and re-plot hardware research artifacts as a content-hashed DAG"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub globals: Globals,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug)]
+pub struct Globals {
+    /// Project root (default: FRACFLOW_ROOT, else the nearest folder above with a `pipelines/` folder).
+    #[arg(long, global = true)]
+    pub root: Option<PathBuf>,
+    /// Cache directory (default: FRACFLOW_CACHE, else <root>/.fracflow/cache).
+    #[arg(long, global = true)]
+    pub cache: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Build, run and measure what TARGET needs; everything cached is reused.
+    Run(RunArgs),
+    /// Print what `run` would do and why, with estimated time and disk; touches nothing.
+    Plan(PlanArgs),
+    /// Name the fingerprint fields of NODE that differ from its newest cached entry.
+    Why(WhyArgs),
+    /// Re-draw TARGET's figures from a run's stored tables, without measuring anything.
+    Plot(PlotArgs),
+    /// Print the DAG of TARGET.
+    Graph(GraphArgs),
+    /// List the pipelines and their targets.
+    Targets,
+    /// The embedded load client: fperf's flags (-c -p -t rr -d -n -C -S -m -X -R -Z -K -F -L -D -E) and
+    /// console output, plus --open-loop RATE[:poisson|:fixed], --skip S, --samples FILE.parquet, --json.
+    #[command(disable_help_flag = true)]
+    Client {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The software Top-K baseline server of Figure 16 (fperf's `-Z 0` protocol), K pinned workers.
+    CpuServer(CpuServerArgs),
+    /// The emulated fRAC device and its controller client.
+    Device {
+        #[command(subcommand)]
+        action: DeviceCommand,
+    },
+    /// What a testbed profile needs, checked without touching the board.
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
+    /// Inspect or clean the cache.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bad_values_are_refused_while_parsing_with_exit_2() {
+        for argv in [
+            &["fracflow", "run", "demo", "--jobs", "0"][..],
+            &["fracflow", "run", "demo", "--rerun", "["],
+            &["fracflow", "plan", "demo", "--rerun", "a[b"],
+            &["fracflow", "cpu-server", "-n", "0"],
+            &["fracflow", "cache", "gc", "--keep-days", "inf"],
+        ] {
+            let error = Cli::try_parse_from(argv).expect_err("a bad value");
+            assert_eq!(error.exit_code(), 2, "{argv:?}: {error}");
+        }
+        let fine = Cli::try_parse_from(["fracflow", "run", "demo", "-j", "2", "--rerun", "gen*"]);
+        assert!(fine.is_ok(), "{fine:?}");
+    }
+}

@@ -1,0 +1,170 @@
+//! `fracflow device …`: the emulated fRAC device and the controller client, as a researcher drives a board.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Subcommand;
+use fracflow_emulator::{Device, DeviceConfig, LogEvent};
+
+use crate::error::{Error, Result};
+use crate::exit::Exit;
+
+/// The artifact's device port.
+const DEFAULT_ADDR: &str = "127.0.0.1:2888";
+
+#[derive(Subcommand, Debug)]
+pub enum DeviceCommand {
+    /// Run the emulated fRAC device until Ctrl-C (loopback by default; port 0 picks a free port).
+    Serve {
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        listen: SocketAddr,
+        /// Full image to program at start (`jtag/frac.bit` or `bypass/frac.bit`).
+        #[arg(long)]
+        image: Option<PathBuf>,
+    },
+    /// Program a full image (the JTAG stand-in: the device's management channel); resets every slot.
+    Program {
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        addr: SocketAddr,
+        image: PathBuf,
+    },
+    /// Upload a partial bitstream into a slot over the controller protocol, then query its status.
+    Load {
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        addr: SocketAddr,
+        #[arg(long)]
+        slot: u8,
+        #[arg(long, default_value_t = 256)]
+        chunk_size: usize,
+        #[arg(long, default_value = "0x10004000", value_parser = parse_hex_or_decimal)]
+        hbm_addr: u64,
+        partial: PathBuf,
+    },
+    /// Ask each slot a known question and name the unit that answers (like the artifact's testfuncs).
+    Probe {
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        addr: SocketAddr,
+        #[arg(long, value_delimiter = ',', default_value = "0,1,2,3")]
+        slots: Vec<u8>,
+    },
+}
+
+fn parse_hex_or_decimal(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|e| format!("`{text}` is not a number: {e}"))
+}
+
+fn device_error(addr: SocketAddr, error: fracflow_emulator::Error) -> Error {
+    // Only a failure to talk to the device suggests that none is there; a refusal is the device's answer.
+    let hint = match error {
+        fracflow_emulator::Error::Io { .. } => {
+            Some("check that a device is listening there (`fracflow device serve`)".to_owned())
+        }
+        _ => None,
+    };
+    Error::Failed {
+        message: format!("device {addr}: {error}"),
+        hint,
+    }
+}
+
+pub fn run(command: DeviceCommand) -> Result<Exit> {
+    match command {
+        DeviceCommand::Serve { listen, image } => serve(listen, image),
+        DeviceCommand::Program { addr, image } => {
+            let report =
+                fracflow_emulator::program(addr, &image).map_err(|e| device_error(addr, e))?;
+            println!(
+                "programmed {} image {} (build {}) in {:.1} ms",
+                report.image.as_str(),
+                image.display(),
+                report.build_id,
+                report.elapsed.as_secs_f64() * 1e3
+            );
+            Ok(Exit::Ok)
+        }
+        DeviceCommand::Load {
+            addr,
+            slot,
+            chunk_size,
+            hbm_addr,
+            partial,
+        } => {
+            let report =
+                fracflow_emulator::load_partial(addr, slot, &partial, chunk_size, hbm_addr)
+                    .map_err(|e| device_error(addr, e))?;
+            println!(
+                "loaded {} into slot {slot}: {} bytes in {} WRITE_HBM of {chunk_size} B",
+                partial.display(),
+                report.bytes,
+                report.writes
+            );
+            println!(
+                "  upload {:.3} ms, reconf {:.3} ms, query {:.3} ms; status: {:?}",
+                report.upload.as_secs_f64() * 1e3,
+                report.reconf.as_secs_f64() * 1e3,
+                report.query.as_secs_f64() * 1e3,
+                report.status
+            );
+            Ok(Exit::Ok)
+        }
+        DeviceCommand::Probe { addr, slots } => {
+            let probes =
+                fracflow_emulator::probe(addr, &slots).map_err(|e| device_error(addr, e))?;
+            for probe in probes {
+                let unit = probe
+                    .unit
+                    .map(|u| format!("{u:?}"))
+                    .unwrap_or_else(|| "no known unit".to_owned());
+                println!(
+                    "slot {}: {unit} ({}; {:.1} us)",
+                    probe.slot,
+                    probe.detail,
+                    probe.elapsed.as_secs_f64() * 1e6
+                );
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// A flag SIGINT and SIGTERM set: registered before a server announces itself, so no signal is missed.
+pub(super) fn stop_on_signal() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| Error::internal("cannot watch for SIGINT and SIGTERM", e))?;
+    }
+    Ok(stop)
+}
+
+pub(super) fn wait_until(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<Exit> {
+    let mut config = DeviceConfig::new(listen);
+    config.image = image;
+    config.log = Arc::new(|event: &LogEvent| eprintln!("device: {event}"));
+    let device = Device::start_with(config)
+        .map_err(|e| Error::bad_input(format!("cannot start the device on {listen}: {e}")))?;
+    let stop = stop_on_signal()?;
+    // One line on stdout with the bound address, so scripts and tests can find a port-0 device.
+    println!(
+        "listening {} management {} (emulated fRAC device)",
+        device.addr(),
+        device.management_addr()
+    );
+    wait_until(&stop);
+    eprintln!("device: stopping");
+    device.stop();
+    Ok(Exit::Ok)
+}

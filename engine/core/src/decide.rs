@@ -1,0 +1,139 @@
+//! The one place that says how a node's key is made and what the node needs once its key is known. The
+//! scheduler acts on these answers and `plan` predicts with them, so a prediction cannot drift from a run.
+
+use std::collections::BTreeMap;
+
+use petgraph::graph::NodeIndex;
+
+use crate::cache::CacheEntry;
+use crate::exec::{KindInfo, NodeError};
+use crate::fingerprint::Fingerprint;
+use crate::graph::Graph;
+use crate::scheduler::{Engine, RunOptions};
+use crate::spec::NodeSpec;
+
+/// What a dependency contributes to the keys of the nodes that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contribution<'a> {
+    /// A lazy effect: its own key, known before it runs (see `scheduler`'s module comment).
+    Effect(&'a str),
+    /// Any other node: the hash of its outputs, known once it is built or found in the cache.
+    Output(&'a str),
+    /// Not known yet: the dependency has still to run.
+    Unknown,
+}
+
+/// A node whose key is known.
+#[derive(Debug, Clone)]
+pub(crate) struct Keyed {
+    pub info: KindInfo,
+    /// A lazy effect (see `Executor::lazy`).
+    pub lazy: bool,
+    pub fingerprint: Fingerprint,
+    pub key: String,
+}
+
+/// Why a node's key is not known.
+#[derive(Debug, Clone)]
+pub(crate) enum Unkeyed {
+    /// These dependencies (ids, sorted) have yet to run.
+    Upstream(Vec<String>),
+    /// The key cannot be computed: unknown kind, unreadable input file.
+    Error(NodeError),
+}
+
+/// The node's key, from what each dependency contributes. A lazy effect keys only on the lazy effects
+/// before it: what cacheable dependencies made orders it rather than shaping what it sets up.
+pub(crate) fn key<'c>(
+    engine: Engine<'_>,
+    graph: &Graph,
+    index: NodeIndex,
+    options: &RunOptions,
+    contribution: impl Fn(NodeIndex) -> Contribution<'c>,
+) -> Result<Keyed, Unkeyed> {
+    let spec = graph.spec(index);
+    let info = engine.kind_info(spec);
+    let lazy = info.as_ref().is_ok_and(|info| engine.is_lazy(spec, info));
+    let mut upstream = BTreeMap::new();
+    let mut pending = Vec::new();
+    for dependency in graph.dependencies(index) {
+        let id = &graph.spec(dependency).id;
+        match contribution(dependency) {
+            Contribution::Effect(key) => {
+                upstream.insert(id.clone(), key.to_owned());
+            }
+            Contribution::Output(_) if lazy => {}
+            Contribution::Output(hash) => {
+                upstream.insert(id.clone(), hash.to_owned());
+            }
+            Contribution::Unknown if lazy => {}
+            Contribution::Unknown => pending.push(id.clone()),
+        }
+    }
+    if !pending.is_empty() {
+        pending.sort();
+        return Err(Unkeyed::Upstream(pending));
+    }
+    let info = info.map_err(Unkeyed::Error)?;
+    let fingerprint = engine
+        .fingerprint(spec, &info, upstream, &options.testbed)
+        .map_err(Unkeyed::Error)?;
+    let key = fingerprint.key();
+    Ok(Keyed {
+        info,
+        lazy,
+        fingerprint,
+        key,
+    })
+}
+
+/// What a node whose key is known needs.
+#[derive(Debug, Clone)]
+pub(crate) enum Need {
+    /// Cacheable, and its key is in the cache: published from there, never executed.
+    Hit(Box<CacheEntry>),
+    /// Cacheable, and its key is not in the cache: it executes, holding the key's lock.
+    Miss,
+    /// Named by `--rerun`: it executes even though its key may be cached.
+    Forced,
+    /// An effect that executes whenever the run reaches it: an eager one (`program`, `load`), or a lazy one
+    /// that nothing in the run depends on (it was asked for by itself).
+    Effect,
+    /// A lazy effect that nodes in the run depend on: it executes, before them, only if one of them executes
+    /// (a dependent that is queued to execute pulls it in); otherwise it is skipped, "nothing that needs it
+    /// runs".
+    IfNeeded,
+}
+
+/// Why a lazy effect did not run.
+pub(crate) const NOT_NEEDED: &str = "nothing that needs it runs";
+
+/// What `spec`, keyed as `keyed`, needs. `has_dependents`: some node of the run depends on it.
+pub(crate) fn decide(
+    engine: Engine<'_>,
+    spec: &NodeSpec,
+    keyed: &Keyed,
+    options: &RunOptions,
+    has_dependents: bool,
+) -> Need {
+    let forced = options.forces(&spec.id);
+    if keyed.lazy {
+        return if forced {
+            Need::Forced
+        } else if has_dependents {
+            Need::IfNeeded
+        } else {
+            Need::Effect
+        };
+    }
+    if !keyed.info.cacheable {
+        return Need::Effect;
+    }
+    if forced {
+        return Need::Forced;
+    }
+    match engine.cache.get(&keyed.key) {
+        Some(entry) => Need::Hit(Box::new(entry)),
+        None => Need::Miss,
+    }
+}

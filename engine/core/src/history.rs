@@ -1,0 +1,202 @@
+//! What earlier runs left under `results/<pipeline>/<run-id>/`: the keys the newest runs reference (what
+//! `cache gc` keeps) and the output directories one run holds for a node's dependencies (what `plot`
+//! re-draws from).
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::graph::{Graph, NodeIndex};
+use crate::run::{node_dir_name, read_manifest};
+
+/// The cache keys referenced by the newest `per_pipeline` runs of every pipeline under `results`.
+///
+/// A run counts when its directory holds a `manifest.json`; the `latest` symlink is skipped so the run it
+/// points at is not counted twice. A missing `results` folder references nothing. Run ids sort by their
+/// start time (`RunDir::create` names them so), which is what "newest" means here.
+pub fn recent_keys(results: &Path, per_pipeline: usize) -> io::Result<HashSet<String>> {
+    let mut keep = HashSet::new();
+    let pipelines = match fs::read_dir(results) {
+        Ok(pipelines) => pipelines,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(keep),
+        Err(e) => return Err(with_path(results, e)),
+    };
+    for pipeline in pipelines {
+        let dir = pipeline.map_err(|e| with_path(results, e))?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut runs: Vec<PathBuf> = fs::read_dir(&dir)
+            .map_err(|e| with_path(&dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("manifest.json").is_file() && !p.is_symlink())
+            .collect();
+        runs.sort();
+        for run in runs.iter().rev().take(per_pipeline) {
+            let manifest = read_manifest(run)?;
+            keep.extend(manifest.nodes.into_values().filter_map(|r| r.key));
+        }
+    }
+    Ok(keep)
+}
+
+/// A dependency whose outputs the run directory does not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("the run {run} has no outputs of `{dependency}` at {missing} (did that run finish?)")]
+pub struct MissingOutputs {
+    pub run: PathBuf,
+    pub dependency: String,
+    pub missing: PathBuf,
+}
+
+/// The output directories that the run in `run_dir` holds for each dependency of `node`, in the order
+/// `Graph::dependencies` yields them.
+pub fn dependency_outputs(
+    run_dir: &Path,
+    graph: &Graph,
+    node: NodeIndex,
+) -> Result<Vec<PathBuf>, MissingOutputs> {
+    graph
+        .dependencies(node)
+        .map(|dependency| {
+            let id = &graph.spec(dependency).id;
+            let dir = run_dir.join("nodes").join(node_dir_name(id));
+            if dir.is_dir() {
+                Ok(dir)
+            } else {
+                Err(MissingOutputs {
+                    run: run_dir.to_owned(),
+                    dependency: id.clone(),
+                    missing: dir,
+                })
+            }
+        })
+        .collect()
+}
+
+fn with_path(path: &Path, error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::run::{RunDir, RunMeta};
+    use crate::spec::{NodeSpec, Origin};
+
+    fn node(id: &str, deps: &[&str]) -> NodeSpec {
+        NodeSpec {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            kind: "command".to_owned(),
+            config: BTreeMap::new(),
+            point: BTreeMap::new(),
+            deps: deps.iter().map(|d| (*d).to_owned()).collect(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            resources: Vec::new(),
+            retries: 0,
+            timeout: None,
+            estimate: None,
+            origin: Origin::default(),
+        }
+    }
+
+    fn meta() -> RunMeta {
+        RunMeta {
+            engine_version: "test".to_owned(),
+            command: vec!["fracflow".to_owned(), "run".to_owned()],
+            host: "test-host".to_owned(),
+            testbed: "emulated".to_owned(),
+            testbed_profile: serde_json::Value::Null,
+            git: None,
+        }
+    }
+
+    /// One run of `pipeline` whose node `a` has `key`.
+    fn run_with_key(
+        results: &Path,
+        pipeline: &str,
+        graph: &Graph,
+        key: &str,
+    ) -> io::Result<PathBuf> {
+        let mut run = RunDir::create(results, pipeline, &meta(), graph)?;
+        run.record_mut("a", "command").key = Some(key.to_owned());
+        run.write_manifest()?;
+        Ok(run.dir().to_owned())
+    }
+
+    #[test]
+    fn keeps_the_keys_of_the_newest_runs_of_each_pipeline() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let results = dir.path().join("results");
+        let graph =
+            Graph::build(vec![node("a", &[])]).map_err(|e| io::Error::other(format!("{e:?}")))?;
+        for key in ["old", "middle", "new"] {
+            run_with_key(&results, "demo", &graph, key)?;
+        }
+        run_with_key(&results, "other", &graph, "other-only")?;
+        let keep = recent_keys(&results, 2)?;
+        let expected: HashSet<String> = ["middle", "new", "other-only"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(keep, expected, "the oldest run of demo is not kept");
+        Ok(())
+    }
+
+    #[test]
+    fn no_results_folder_references_nothing() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        assert!(recent_keys(&dir.path().join("results"), 5)?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn an_unreadable_manifest_is_an_error_that_names_it() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let run = dir.path().join("results/demo/2026-01-01T000000");
+        fs::create_dir_all(&run)?;
+        fs::write(run.join("manifest.json"), b"{ not json")?;
+        let error = recent_keys(&dir.path().join("results"), 5).expect_err("corrupt manifest");
+        assert!(
+            error.to_string().contains("manifest.json"),
+            "names the file: {error}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn dependency_outputs_lists_each_dependency_or_names_the_missing_one() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let graph = Graph::build(vec![
+            node("a", &[]),
+            node("b/x", &[]),
+            node("plot", &["a", "b/x"]),
+        ])
+        .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        let plot = graph
+            .index("plot")
+            .ok_or_else(|| io::Error::other("no plot"))?;
+        fs::create_dir_all(dir.path().join("nodes/a"))?;
+        let missing = dependency_outputs(dir.path(), &graph, plot).expect_err("b/x has no outputs");
+        assert_eq!(missing.dependency, "b/x");
+        assert_eq!(missing.missing, dir.path().join("nodes/b_x"));
+        assert!(
+            missing.to_string().contains("did that run finish?"),
+            "{missing}"
+        );
+
+        fs::create_dir_all(dir.path().join("nodes/b_x"))?;
+        let mut found = dependency_outputs(dir.path(), &graph, plot).map_err(io::Error::other)?;
+        found.sort();
+        assert_eq!(
+            found,
+            vec![dir.path().join("nodes/a"), dir.path().join("nodes/b_x")]
+        );
+        Ok(())
+    }
+}
