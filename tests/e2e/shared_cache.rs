@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Sandbox, text};
 
-/// Every node runs this script: it appends `<node id> <its pid> <engine pid>` to `built.log` beside it.
-/// `src` then holds its key until the test creates `go`; the `slow` node of the crash case sleeps the first
-/// time it runs (until its engine is killed: `exec` keeps the trampoline's parent-death signal).
+/// Every node runs this script: it appends `<node id> <its pid> <engine pid>` to `built.log` beside it (its
+/// parent is the `__exec` trampoline, whose parent is the engine). `src` then holds its key until the test
+/// creates `go`; the `slow` node of the crash case sleeps the first time it runs (until its engine is killed,
+/// when the trampoline kills it).
 const NODE_SCRIPT: &str = r#"#!/bin/sh
 here=$(dirname "$0")
-echo "$FRACFLOW_NODE $$ $PPID" >> "$here/built.log"
+engine=$(cut -d' ' -f4 "/proc/$PPID/stat")
+echo "$FRACFLOW_NODE $$ $engine" >> "$here/built.log"
 if [ "$FRACFLOW_NODE" = src ]; then
   i=0
   while [ ! -e "$here/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done

@@ -54,6 +54,16 @@ impl Sandbox {
     }
 }
 
+/// A spawned process that is SIGKILLed and reaped when dropped, so a failing assertion leaves nothing running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn text(output: &Output) -> String {
     format!(
         "{}{}",

@@ -2,8 +2,9 @@
 //!
 //! Layout under the cache directory:
 //! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/<blake3 of node id>.json`,
-//! `tmp/` (staging, cleaned by `gc`), `stat.json` (the stat cache), `locks/` (see `keylock`). Every file is
-//! published by temp → fsync → rename, so a kill leaves the old state or the new.
+//! `tmp/` (staging, each directory named after the engine that owns it; see `Cache::remove_dead_staging`),
+//! `stat.json` (the stat cache), `locks/` (see `keylock`). Every file is published by temp → fsync → rename,
+//! so a kill leaves the old state or the new.
 //!
 //! Several engines, on one machine or several sharing the directory, may use one cache at once. Temporary
 //! names are unique per machine, process and call (`fracflow_record::unique_suffix`) and created exclusively,
@@ -26,9 +27,10 @@ use crate::keylock::{self, InUse};
 use crate::statcache::hash_file;
 use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
 
-/// Staging directories and `*.part` files older than this are left over from killed runs. `gc` runs only
-/// while no engine holds the in-use lock, so this age is a second guard, for filesystems whose locks do not
-/// reach other machines (see `keylock`): there, a live engine elsewhere is invisible to the lock.
+/// Staging directories and `*.part` files older than this are left over from killed runs. Staging is normally
+/// judged by its owner's lock (see [`Cache::remove_dead_staging`]) and `gc` runs only while no engine holds the
+/// in-use lock, so this age is a second guard, for filesystems whose locks do not reach other machines (see
+/// `keylock`): there, a live engine elsewhere is invisible to the lock.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// How many past durations a node pointer keeps for estimates.
@@ -87,6 +89,8 @@ pub struct GcReport {
     pub bytes_freed: u64,
     /// Key lock files left behind by engines that died while building.
     pub locks_removed: usize,
+    /// Staging directories of engines that died (see [`Cache::remove_dead_staging`]).
+    pub staging_removed: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -142,9 +146,13 @@ impl Cache {
         self.root.join("locks")
     }
 
-    /// Marks the cache in use until dropped (a run holds it throughout), so that `gc` keeps away.
+    /// Marks the cache in use until dropped (a run holds it throughout), so that `gc` keeps away. Every run
+    /// starts with this, so it is also where the staging directories of dead engines are swept (best effort:
+    /// a read-only cache still serves hits).
     pub fn in_use(&self) -> io::Result<InUse> {
-        InUse::shared(&self.locks_dir())
+        let in_use = InUse::shared(&self.locks_dir())?;
+        let _ = self.remove_dead_staging();
+        Ok(in_use)
     }
 
     pub fn blob_path(&self, hash: &str) -> PathBuf {
@@ -166,7 +174,9 @@ impl Cache {
             .join(format!("{}.json", blake3::hash(node.as_bytes()).to_hex()))
     }
 
-    /// A fresh private staging directory; nothing in it is visible to anyone until `put` publishes it.
+    /// A fresh private staging directory; nothing in it is visible to anyone until `put` publishes it. Its name
+    /// starts with this engine's owner name (see [`StagingOwner`]), so a later run or `gc` can tell when the
+    /// engine that made it is dead.
     pub fn staging_dir(&self, label: &str) -> io::Result<PathBuf> {
         let safe: String = label
             .chars()
@@ -175,12 +185,71 @@ impl Cache {
             .collect();
         let tmp = self.root.join("tmp");
         fs::create_dir_all(&tmp)?;
+        let owner = StagingOwner::of(&tmp)?;
         let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
-        let dir = tmp.join(format!("{safe}-{}", &nonce[..16]));
+        let dir = tmp.join(format!("{owner}.{safe}-{}", &nonce[..16]));
         // `create_dir`, not `create_dir_all`: should the name ever repeat, this fails instead of sharing a
         // directory with another engine.
         fs::create_dir(&dir)?;
         Ok(dir)
+    }
+
+    /// Removes the staging directories under `tmp/` whose engine is dead, and returns how many. An owner is dead
+    /// when its lock file (`tmp/<owner>.lock`) can be locked: the kernel drops a dead holder's `flock`, and a live
+    /// engine holds its own for as long as it lives, so a live engine's staging is never touched. An owner on
+    /// another host counts as dead only after [`STALE_STAGING`] without a new staging directory, since a
+    /// filesystem may keep locks local to each machine (see `keylock`). Staging without an owner (left by
+    /// engines from before owners existed) goes after [`STALE_STAGING`] too.
+    pub fn remove_dead_staging(&self) -> io::Result<usize> {
+        let tmp = self.root.join("tmp");
+        let Ok(listing) = fs::read_dir(&tmp) else {
+            return Ok(0);
+        };
+        let mut owned: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut unowned = Vec::new();
+        for item in listing {
+            let path = item?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            match name.split_once('.') {
+                Some((owner, _)) if owner.starts_with(OWNER_PREFIX) => {
+                    owned.entry(owner.to_owned()).or_default().push(path)
+                }
+                _ => unowned.push(path),
+            }
+        }
+        let mut removed = 0;
+        for (owner, paths) in owned {
+            let lock_path = tmp.join(format!("{owner}.lock"));
+            let Some(_dead) = StagingOwner::lock_if_dead(&lock_path)? else {
+                continue;
+            };
+            for path in paths.iter().filter(|p| **p != lock_path) {
+                if path.is_dir() {
+                    remove_all(path)?;
+                    removed += 1;
+                } else {
+                    // The lock file of an owner killed while announcing itself (`.lock.new`).
+                    remove_file(path)?;
+                }
+            }
+            // Last, and while still holding its lock, so a half-done removal is finished by the next one.
+            remove_file(&lock_path)?;
+        }
+        for path in unowned {
+            if is_older_than(&path, STALE_STAGING) {
+                if path.is_dir() {
+                    remove_all(&path)?;
+                    removed += 1;
+                } else {
+                    remove_file(&path)?;
+                }
+            }
+        }
+        Ok(removed)
     }
 
     /// The entry for `key`, or None when absent or unreadable (an unreadable entry is a miss, never an error).
@@ -472,15 +541,158 @@ impl Cache {
                 fs::remove_file(&path)?;
             }
         }
-        // Staging of a run that is still going on must survive; a day-old one belongs to a killed run.
-        for item in fs::read_dir(self.root.join("tmp"))? {
-            let path = item?.path();
-            if is_older_than(&path, STALE_STAGING) {
-                fs::remove_dir_all(&path)?;
-            }
-        }
+        // Staging of a run that is still going on must survive (its owner's lock says so).
+        report.staging_removed = self.remove_dead_staging()?;
         report.locks_removed = keylock::remove_stale(&self.locks_dir())?;
         Ok(report)
+    }
+}
+
+/// How the owner names of staging directories start: `tmp/fracflow-<16 hex>.<label>-<nonce>/`, beside
+/// `tmp/fracflow-<16 hex>.lock`.
+const OWNER_PREFIX: &str = "fracflow-";
+
+/// This engine's claim on the staging directories it makes in one cache's `tmp/`: the `flock`ed lock file
+/// `tmp/<owner>.lock`, held until the process ends (the kernel then drops it, however the engine died). It
+/// records the host and pid for whoever looks.
+#[derive(Debug)]
+struct StagingOwner {
+    name: String,
+    lock_path: PathBuf,
+    lock: fs::File,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct OwnerRecord {
+    host: String,
+    pid: u32,
+    since: String,
+}
+
+/// The owners this process holds, by `tmp/` directory (a process may open several caches).
+static OWNERS: std::sync::Mutex<Vec<StagingOwner>> = std::sync::Mutex::new(Vec::new());
+
+impl StagingOwner {
+    /// This process's owner name in `tmp`, announced the first time it is needed (and again should someone
+    /// have deleted its lock file).
+    fn of(tmp: &Path) -> io::Result<String> {
+        let mut owners = OWNERS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(owner) = owners.iter().find(|o| o.lock_path.parent() == Some(tmp))
+            && keylock::names_file(&owner.lock_path, &owner.lock)
+        {
+            return Ok(owner.name.clone());
+        }
+        let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
+        let name = format!("{OWNER_PREFIX}{}", &nonce[..16]);
+        // Locked under a name no sweeper looks at, then renamed into place: a `.lock` file is never seen
+        // unlocked while its owner lives.
+        let pending = tmp.join(format!("{name}.lock.new"));
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&pending)?;
+        file.lock()?;
+        let record = OwnerRecord {
+            host: keylock::hostname(),
+            pid: std::process::id(),
+            since: crate::run::now_rfc3339(),
+        };
+        std::io::Write::write_all(
+            &mut file,
+            &serde_json::to_vec(&record).map_err(io::Error::other)?,
+        )?;
+        let lock_path = tmp.join(format!("{name}.lock"));
+        fs::rename(&pending, &lock_path)?;
+        owners.retain(|o| o.lock_path.parent() != Some(tmp));
+        owners.push(StagingOwner {
+            name: name.clone(),
+            lock_path,
+            lock: file,
+        });
+        Ok(name)
+    }
+
+    /// The owner's lock, taken, when its engine is dead; `None` while it lives (or may live, on another host).
+    /// A missing lock file means the owner died while announcing itself, or a sweep was cut short.
+    fn lock_if_dead(lock_path: &Path) -> io::Result<Option<Option<fs::File>>> {
+        let file = match fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(lock_path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let pending = lock_path.with_extension("lock.new");
+                return Ok(is_older_than_or_gone(&pending, STALE_STAGING).then_some(None));
+            }
+            Err(e) => return Err(e),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
+        if !keylock::names_file(lock_path, &file) {
+            // Another sweep removed it meanwhile.
+            return Ok(None);
+        }
+        let record = fs::read(lock_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<OwnerRecord>(&bytes).ok());
+        let here = record.is_some_and(|r| r.host == keylock::hostname());
+        let dead = here || is_older_than(&newest_staging_of(lock_path), STALE_STAGING);
+        Ok(dead.then_some(Some(file)))
+    }
+}
+
+/// The owner's most recent sign of life: its lock file's or newest staging directory's modification time,
+/// as a path whose age [`is_older_than`] can judge.
+fn newest_staging_of(lock_path: &Path) -> PathBuf {
+    let owner = lock_path
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let mut newest = (lock_path.to_owned(), modified(lock_path));
+    if let Some(Ok(listing)) = lock_path.parent().map(fs::read_dir) {
+        for item in listing.flatten() {
+            let path = item.path();
+            let mine = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{owner}.")));
+            let when = modified(&path);
+            if mine && when > newest.1 {
+                newest = (path, when);
+            }
+        }
+    }
+    newest.0
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn is_older_than_or_gone(path: &Path, age: std::time::Duration) -> bool {
+    !path.exists() || is_older_than(path, age)
+}
+
+/// `remove_dir_all` that accepts another sweep having removed it first.
+fn remove_all(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn remove_file(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -530,6 +742,90 @@ fn files_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Leaves in `tmp/` what a dead engine of `host` leaves: its unlocked owner lock and one staging directory
+    /// with a file in it; returns the staging directory.
+    fn dead_owner(cache: &Cache, owner: &str, host: &str) -> io::Result<PathBuf> {
+        let tmp = cache.root().join("tmp");
+        let record = OwnerRecord {
+            host: host.to_owned(),
+            pid: 999_999,
+            since: crate::run::now_rfc3339(),
+        };
+        fs::write(
+            tmp.join(format!("{owner}.lock")),
+            serde_json::to_vec(&record).map_err(io::Error::other)?,
+        )?;
+        let staging = tmp.join(format!("{owner}.node-0123456789abcdef"));
+        fs::create_dir(&staging)?;
+        fs::write(staging.join("half-written"), b"x")?;
+        Ok(staging)
+    }
+
+    #[test]
+    fn the_staging_of_a_dead_engine_is_removed_and_a_live_ones_is_kept() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let live = cache.staging_dir("running node")?;
+        let dead = dead_owner(&cache, "fracflow-00000000deadbeef", &keylock::hostname())?;
+        assert_eq!(cache.remove_dead_staging()?, 1);
+        assert!(live.is_dir(), "this engine's staging must survive");
+        assert!(!dead.exists(), "the dead engine's staging must go");
+        let left: Vec<String> = fs::read_dir(cache.root().join("tmp"))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left.len(), 2, "our staging and our lock: {left:?}");
+        assert!(left.iter().all(|n| !n.contains("deadbeef")), "{left:?}");
+        // A second staging directory of this engine has the same owner.
+        let again = cache.staging_dir("next")?;
+        let owner_of = |p: &Path| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('.'))
+                .map(|(o, _)| o.to_owned())
+        };
+        assert_eq!(owner_of(&again), owner_of(&live));
+        Ok(())
+    }
+
+    #[test]
+    fn the_staging_of_an_owner_on_another_host_waits_for_its_age() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        // Its lock may be local to that host, so an unlocked file proves nothing yet.
+        let elsewhere = dead_owner(&cache, "fracflow-00000000000e15e0", "another-host")?;
+        let legacy = cache.root().join("tmp/node-0123456789abcdef");
+        fs::create_dir(&legacy)?;
+        assert_eq!(cache.remove_dead_staging()?, 0);
+        assert!(elsewhere.is_dir() && legacy.is_dir());
+        let old = std::time::SystemTime::now() - STALE_STAGING - Duration::from_secs(60);
+        for path in [
+            elsewhere.clone(),
+            cache.root().join("tmp/fracflow-00000000000e15e0.lock"),
+            legacy.clone(),
+        ] {
+            fs::File::open(&path)?.set_modified(old)?;
+        }
+        assert_eq!(cache.remove_dead_staging()?, 2);
+        assert!(!elsewhere.exists() && !legacy.exists());
+        Ok(())
+    }
+
+    #[test]
+    fn gc_and_a_run_starting_remove_dead_staging() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let host = keylock::hostname();
+        let first = dead_owner(&cache, "fracflow-0000000000000001", &host)?;
+        let report = cache.gc(&HashSet::new(), Duration::ZERO)?;
+        assert_eq!(report.staging_removed, 1);
+        assert!(!first.exists());
+        let second = dead_owner(&cache, "fracflow-0000000000000002", &host)?;
+        let _run = cache.in_use()?;
+        assert!(!second.exists(), "a run's start sweeps too");
+        Ok(())
+    }
 
     fn fingerprint() -> Fingerprint {
         Fingerprint {

@@ -176,7 +176,7 @@ impl InUse {
 }
 
 /// Opened for writing too: NFS grants an exclusive lock only on a file open for writing.
-fn open_lock_file(path: &Path) -> io::Result<File> {
+pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
@@ -194,7 +194,7 @@ fn is_gone(error: &io::Error) -> bool {
 }
 
 /// Whether `path` still names the open `file` (same device and inode).
-fn names_file(path: &Path, file: &File) -> bool {
+pub(crate) fn names_file(path: &Path, file: &File) -> bool {
     match (fs::metadata(path), file.metadata()) {
         (Ok(named), Ok(open)) => named.dev() == open.dev() && named.ino() == open.ino(),
         _ => false,
@@ -208,7 +208,7 @@ fn read_holder(file: &mut File) -> Option<Holder> {
 }
 
 /// This machine's name, as a waiting engine elsewhere will show it.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .ok()

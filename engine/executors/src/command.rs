@@ -148,7 +148,9 @@ impl JsonSchema for Base {
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     /// A shell command (run by `sh -c`) or a list of argv words. Templates: `{name}` is a param or sweep
-    /// value, `{{`/`}}` are literal braces, so shell's `${VAR}` is written `${{VAR}}`.
+    /// value, `{{`/`}}` are literal braces, so shell's `${VAR}` is written `${{VAR}}`. In a shell string a value
+    /// is quoted for where it lands (one word, or escaped inside the author's quotes): it never becomes shell
+    /// syntax.
     pub run: Run,
     /// Extra environment variables (values are templates).
     #[serde(default)]

@@ -15,6 +15,7 @@ pub mod report;
 pub mod slurm;
 pub mod sudo;
 pub mod testbed;
+pub mod trampoline;
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
-//! The one place fracflow starts processes: own process group, dies with the engine, stderr to the node's log,
-//! stdout captured, timeout and cancellation with SIGINT → SIGTERM → SIGKILL escalation.
+//! The one place fracflow starts processes: own process group, its whole tree dies with the engine (through
+//! [`crate::trampoline`]), stderr to the node's log, stdout captured, timeout and cancellation with SIGINT →
+//! SIGTERM → SIGKILL escalation.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -25,40 +26,23 @@ impl Default for Grace {
     }
 }
 
-/// The argument that makes the `fracflow` binary act as the trampoline (see [`exec_with_parent_death_signal`]).
+/// The argument that makes the `fracflow` binary act as the trampoline (see [`crate::trampoline`]).
 pub const TRAMPOLINE_VERB: &str = "__exec";
 
 static TRAMPOLINE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Starts every later child through `binary __exec PPID PROGRAM ARGS…`, which arranges for the child to be
-/// SIGKILLed when the engine dies. Without it (a library user), children are started directly and may outlive
-/// a killed engine. A trampoline, rather than a `pre_exec` hook, because a hook forces `fork()`, which copies
-/// the engine's page tables on every spawn: 15 ms per node with 10 000 nodes loaded, against posix_spawn's
-/// constant cost.
+/// Starts every later child through `binary __exec PPID PROGRAM ARGS…`, the supervisor in [`crate::trampoline`]
+/// that kills the child's whole process tree when the engine dies. Without it (a library user), children are
+/// started directly and may outlive a killed engine. A trampoline, rather than a `pre_exec` hook, because a hook
+/// forces `fork()`, which copies the engine's page tables on every spawn: 15 ms per node with 10 000 nodes
+/// loaded, against posix_spawn's constant cost.
 pub fn use_trampoline(binary: PathBuf) {
     let _ = TRAMPOLINE.set(binary);
 }
 
-/// The trampoline itself, for the binary's `main`: asks the kernel for SIGKILL when the parent dies, makes
-/// sure the parent (`expected_parent`) is still there, then replaces itself with `program`. Returns only on
-/// failure.
-pub fn exec_with_parent_death_signal(
-    expected_parent: u32,
-    program: &str,
-    args: &[String],
-) -> io::Error {
-    // SAFETY: prctl and getppid have no memory-safety preconditions.
-    unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-            return io::Error::last_os_error();
-        }
-        // The engine may have died between spawning us and the prctl above: then we were re-parented.
-        if libc::getppid() as u32 != expected_parent {
-            return io::Error::other("the engine exited before the command started");
-        }
-    }
-    std::process::Command::new(program).args(args).exec()
-}
+/// How long the trampoline gets to kill its tree after [`crate::trampoline::STOP_ALL`] before the engine
+/// SIGKILLs it; killing and reaping a tree takes milliseconds.
+const STOP_ALL_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a waiting node looks at its cancel flag; the child's exit itself wakes the wait at once.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -248,6 +232,14 @@ fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<V
     ] {
         signal_all(signal);
         if let Some(output) = handle.wait_timeout(wait)? {
+            return Ok(output.stdout.clone());
+        }
+    }
+    if TRAMPOLINE.get().is_some() {
+        // SIGKILL would end the trampoline alone and leave what the command forked; this asks it to kill the
+        // whole tree first.
+        signal_all(crate::trampoline::STOP_ALL);
+        if let Some(output) = handle.wait_timeout(STOP_ALL_GRACE)? {
             return Ok(output.stdout.clone());
         }
     }

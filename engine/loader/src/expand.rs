@@ -475,9 +475,14 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
         }
 
+        let shell_fields = self
+            .lx
+            .kinds
+            .executor(&def.kind)
+            .map_or(&[][..], |executor| executor.shell_fields());
         let config = match &def.fixed_config {
             Some(config) => Some(config.clone()),
-            None => match render_tree(&mut r, &def.kind_map) {
+            None => match render_config(&mut r, shell_fields, &def.kind_map) {
                 Ok(rendered) => Some(config_of(&rendered)),
                 Err(problem) => {
                     problems.push(problem);
@@ -825,6 +830,43 @@ impl Resolver<'_> {
         let parsed = template::parse(text)?;
         parsed.render(&mut |name| self.lookup(name))
     }
+
+    /// A command for `sh -c`: each value is quoted for where it lands, so it cannot become shell syntax.
+    fn render_shell(&mut self, text: &str) -> Result<String, TemplateError> {
+        if !template::has_braces(text) {
+            return Ok(text.to_owned());
+        }
+        let parsed = template::parse(text)?;
+        parsed.render_shell(&mut |name| self.lookup(name))
+    }
+}
+
+/// A kind's config with its templates filled in. The kind's shell fields (`Executor::shell_fields`: the
+/// `command` kind's string `run`, which goes to `sh -c`) get their values shell-quoted for the context each
+/// lands in; an argv-list `run` needs no quoting: each word is one argument.
+fn render_config(
+    r: &mut Resolver<'_>,
+    shell_fields: &[&str],
+    config: &Node,
+) -> Result<Node, (Loc, TemplateError)> {
+    let Val::Map(entries) = &config.val else {
+        return render_tree(r, config);
+    };
+    let mut rendered = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        let value = match &value.val {
+            Val::Str(text) if key.as_str().is_some_and(|k| shell_fields.contains(&k)) => Node {
+                loc: value.loc,
+                val: Val::Str(r.render_shell(text).map_err(|e| (value.loc, e))?),
+            },
+            _ => render_tree(r, value)?,
+        };
+        rendered.push((key.clone(), value));
+    }
+    Ok(Node {
+        loc: config.loc,
+        val: Val::Map(rendered),
+    })
 }
 
 /// A copy of `node` with every string's template filled in.

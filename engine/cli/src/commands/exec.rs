@@ -1,20 +1,24 @@
-//! `fracflow __exec PPID PROGRAM ARGS…` (hidden): how the engine starts commands, a trampoline that ties the
-//! program's life to the engine's (see `fracflow_executors::process::use_trampoline`).
+//! `fracflow __exec PPID PROGRAM ARGS…` (hidden): how the engine starts commands, a supervising trampoline that
+//! ties the life of the program and of everything it starts to the engine's (see
+//! `fracflow_executors::trampoline`).
 
 use std::process::ExitCode;
 
 use crate::exit::Exit;
 
-/// Runs before any argument parsing and never returns on success: the program replaces this process.
+/// Runs before any argument parsing; ends as the program ended (its exit code, or death by its signal).
 pub fn run(args: &[String]) -> ExitCode {
     let (Some(parent), Some(program)) = (args.first().and_then(|p| p.parse().ok()), args.get(1))
     else {
         eprintln!("error: usage: fracflow __exec PPID PROGRAM [ARGS…] (internal)");
         return Exit::BadInput.into();
     };
-    let error =
-        fracflow_executors::process::exec_with_parent_death_signal(parent, program, &args[2..]);
-    eprintln!("error: cannot run {program}\ncaused by: {error}");
-    // 127: the shell's code for a command that could not be run.
-    ExitCode::from(127)
+    match fracflow_executors::trampoline::supervise(parent, program, &args[2..]) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("error: cannot run {program}\ncaused by: {error}");
+            // 127: the shell's code for a command that could not be run.
+            ExitCode::from(127)
+        }
+    }
 }

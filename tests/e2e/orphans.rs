@@ -1,0 +1,184 @@
+//! No orphans: a SIGKILLed engine takes every process its nodes started with it, whatever they forked (a
+//! compiler driver's own children, a pipeline, a process in a session of its own), and the trampoline between
+//! them passes stop signals on and reports the command's own ending.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{KillOnDrop, Sandbox, copy_tree, repo, text};
+
+/// How long a test waits for processes to appear or to be gone; a bound, not a pause.
+const PATIENCE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+
+/// A marker unique to this test process and `what`, put into the engine's environment, which every process it
+/// starts inherits; `/proc/PID/environ` then tells the run's processes from everyone else's.
+fn marker(what: &str) -> String {
+    format!("FRACFLOW_ORPHAN_TEST={what}-{}", std::process::id())
+}
+
+/// Live processes (not zombies, whose environment reads empty) whose environment holds `marker`, with their
+/// command lines.
+fn marked_processes(marker: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == marker.as_bytes())
+        {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push((pid, cmdline.trim().to_owned()));
+        }
+    }
+    found
+}
+
+/// Waits until `ready` holds for the marked processes, or fails after [`PATIENCE`].
+fn wait_for(marker: &str, what: &str, ready: impl Fn(&[(u32, String)]) -> bool) {
+    let start = Instant::now();
+    loop {
+        let processes = marked_processes(marker);
+        if ready(&processes) {
+            return;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{what} within {PATIENCE:?}; marked processes: {processes:#?}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+fn assert_none_survives(marker: &str) {
+    wait_for(
+        marker,
+        "every process of the killed run should be gone",
+        |p| p.is_empty(),
+    );
+}
+
+#[test]
+fn a_killed_engine_leaves_nothing_a_command_forked_alive() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/forks.yaml",
+        "pipeline: forks\nnodes:\n  forks:\n    kind: command\n    outputs: [a]\n    run: >-\n      setsid sleep 300 & (sleep 301 | cat) & sh -c 'sleep 303; true' & sleep 302\n",
+    );
+    let marker = marker("forks");
+    let (name, value) = marker.split_once('=').expect("marker");
+    let engine = KillOnDrop(
+        sandbox
+            .command(&["run", "forks"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
+    wait_for(&marker, "the command's processes should start", |p| {
+        ["sleep 300", "sleep 301", "sleep 302", "sleep 303"]
+            .iter()
+            .all(|want| p.iter().any(|(_, cmdline)| cmdline == want))
+    });
+    drop(engine); // SIGKILL
+    assert_none_survives(&marker);
+}
+
+#[test]
+fn a_killed_engine_leaves_no_compiler_of_an_hls_build_alive() {
+    let sandbox = Sandbox::new();
+    copy_tree(
+        &repo().join("hw/accelerators"),
+        &sandbox.path().join("hw/accelerators"),
+    );
+    std::fs::copy(
+        repo().join("hw/shell.yaml"),
+        sandbox.path().join("hw/shell.yaml"),
+    )
+    .expect("shell");
+    copy_tree(
+        &repo().join("pipelines/frac"),
+        &sandbox.path().join("pipelines/frac"),
+    );
+    let marker = marker("hls");
+    let (name, value) = marker.split_once('=').expect("marker");
+    let engine = KillOnDrop(
+        sandbox
+            .command(&["run", "bitstreams"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
+    // The driver's own child (cc1plus, or as/ld later on) is what a PDEATHSIG on the direct child missed.
+    wait_for(&marker, "an hls compile should start", |p| {
+        p.iter().any(|(_, cmdline)| {
+            cmdline.contains("cc1plus") || cmdline.starts_with("as ") || cmdline.contains("/ld")
+        })
+    });
+    drop(engine); // SIGKILL
+    assert_none_survives(&marker);
+}
+
+#[test]
+fn stop_signals_reach_the_command_and_what_it_left_behind_is_killed() {
+    let sandbox = Sandbox::new();
+    // The command answers SIGINT (the engine's first stop step) by writing a file and exiting, leaving a
+    // background sleep behind in a session of its own.
+    sandbox.write(
+        "pipelines/stop.yaml",
+        "pipeline: stop\nnodes:\n  stop:\n    kind: command\n    outputs: [a]\n    run: >-\n      trap 'echo got-int > \"$FRACFLOW_ROOT/int\"; exit 3' INT;\n      setsid sleep 304 & sleep 305 & wait\n",
+    );
+    let marker = marker("stop");
+    let (name, value) = marker.split_once('=').expect("marker");
+    let mut engine = KillOnDrop(
+        sandbox
+            .command(&["run", "stop"])
+            .env(name, value)
+            .spawn()
+            .expect("spawn"),
+    );
+    wait_for(&marker, "the command's sleeps should start", |p| {
+        ["sleep 304", "sleep 305"]
+            .iter()
+            .all(|want| p.iter().any(|(_, cmdline)| cmdline == want))
+    });
+    // SAFETY: kill only sends SIGTERM to the engine this test started.
+    unsafe {
+        libc::kill(engine.0.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = engine.0.wait().expect("engine");
+    assert_eq!(status.code(), Some(130), "interrupted");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.path().join("int"))
+            .ok()
+            .as_deref(),
+        Some("got-int\n"),
+        "the command got the engine's SIGINT"
+    );
+    assert_none_survives(&marker);
+}
+
+#[test]
+fn a_command_killed_by_a_signal_is_reported_as_killed_by_that_signal() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/sig.yaml",
+        "pipeline: sig\nnodes:\n  term:\n    kind: command\n    outputs: [a]\n    run: kill -TERM $$\n  seven:\n    kind: command\n    outputs: [a]\n    run: exit 7\n",
+    );
+    let output = sandbox.run(&["run", "sig", "--keep-going"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let shown = text(&output);
+    assert!(shown.contains("`term` was killed by signal 15"), "{shown}");
+    assert!(shown.contains("`seven` exited with code 7"), "{shown}");
+}
