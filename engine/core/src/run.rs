@@ -192,20 +192,22 @@ impl RunDir {
         Ok(event)
     }
 
-    /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs).
-    pub fn publish(&mut self, cache: &Cache, entry: &CacheEntry) -> io::Result<()> {
-        let out = self.outputs_dir(&entry.node);
+    /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs), as the
+    /// outputs of `node`: that is not always the node named in the entry, since two nodes doing identical work
+    /// share one key, and the second is served the first one's entry.
+    pub fn publish(&mut self, cache: &Cache, node: &str, entry: &CacheEntry) -> io::Result<()> {
+        let out = self.outputs_dir(node);
         for (name, blob) in &entry.outputs {
             link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
         }
-        let log_name = format!("logs/{}.log", node_dir_name(&entry.node));
+        let log_name = format!("logs/{}.log", node_dir_name(node));
         if let Some(log) = &entry.log {
             let target = self.dir.join(&log_name);
             if !target.exists() {
                 link_or_copy(&cache.blob_path(&log.hash), &target)?;
             }
         }
-        let record = self.record_mut(&entry.node, &entry.fingerprint.kind);
+        let record = self.record_mut(node, &entry.fingerprint.kind);
         record.key = Some(entry.key.clone());
         record.outputs = entry
             .outputs

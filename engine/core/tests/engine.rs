@@ -270,6 +270,22 @@ proptest! {
     }
 }
 
+/// Two nodes doing identical work share one key: one builds it, the other is served its entry, and each finds
+/// the outputs in its own directory of the run, in the run that builds and in the run that finds both cached.
+#[test]
+fn nodes_sharing_a_key_each_get_their_outputs_published() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let nodes = vec![
+        node("twin_a", &[], 7, vec![]),
+        node("twin_b", &[], 7, vec![]),
+    ];
+    for _ in 0..2 {
+        let (_, outputs) = run_all(root, &root.join("cache"), &nodes);
+        assert_eq!(outputs["twin_a"], outputs["twin_b"]);
+    }
+}
+
 #[test]
 fn equal_outputs_cut_off_downstream_rebuilds() {
     let dir = tempfile::tempdir().expect("tempdir");

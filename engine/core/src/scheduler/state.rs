@@ -561,7 +561,7 @@ impl<'a> Run<'a> {
         self.slots.release(spec);
         match finished.result {
             Ok(entry) => {
-                self.run_dir.publish(self.engine.cache, &entry)?;
+                self.run_dir.publish(self.engine.cache, &spec.id, &entry)?;
                 let record = self.run_dir.record_mut(&spec.id, &spec.kind);
                 record.status = NodeStatus::Built;
                 record.seconds = Some(finished.seconds);
@@ -589,7 +589,7 @@ impl<'a> Run<'a> {
     /// Completes a node with an entry found in the cache: linked into the run directory, never executed.
     fn use_cached(&mut self, index: NodeIndex, entry: CacheEntry) -> io::Result<()> {
         let spec = self.graph.spec(index);
-        self.run_dir.publish(self.engine.cache, &entry)?;
+        self.run_dir.publish(self.engine.cache, &spec.id, &entry)?;
         self.engine.cache.touch(&entry.key);
         let record = self.run_dir.record_mut(&spec.id, &spec.kind);
         record.status = NodeStatus::Cached;
