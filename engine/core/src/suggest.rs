@@ -96,9 +96,56 @@ where
     }
 }
 
+/// The field names of a struct with derived `Deserialize` (what its `deny_unknown_fields` accepts), read from
+/// what the derive hands `deserialize_struct`: the struct stays the one list of its keys. Empty for a type that is
+/// not such a struct (or that flattens another).
+pub fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("probed"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_names_are_the_structs_keys_and_nothing_for_other_types() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Spec {
+            stats: String,
+            #[serde(rename = "from_s")]
+            from: Option<u32>,
+        }
+        assert_eq!(field_names::<Spec>(), ["stats", "from_s"]);
+        assert!(field_names::<String>().is_empty());
+        assert!(field_names::<std::collections::BTreeMap<String, u32>>().is_empty());
+    }
 
     #[test]
     fn distances() {

@@ -17,9 +17,9 @@ use crate::config;
 use crate::testbed::Session;
 
 /// The schema of a kind whose keys a leaf crate's spec defines (fracflow-aggregate's, fracflow-plot's): those
-/// crates do not derive schemas, so it names the keys and leaves their values to the spec's parse, which the
-/// loader runs through `check` before anything starts.
-fn leaf_schema(description: &str, required: &[&str], keys: &[&str]) -> serde_json::Value {
+/// crates do not derive schemas, so it names the keys (read from the spec struct itself) and leaves their values
+/// to the spec's parse, which the loader runs through `check` before anything starts.
+fn leaf_schema(description: &str, required: &[&str], keys: &[&'static str]) -> serde_json::Value {
     let properties: serde_json::Map<String, serde_json::Value> = keys
         .iter()
         .map(|k| ((*k).to_owned(), serde_json::Value::Bool(true)))
@@ -101,20 +101,7 @@ impl Executor for AggregateKind {
              tables (`summary.csv`, `summary.parquet`, and `cdf.*` when asked). The keys are fracflow-aggregate's \
              spec (see its docs).",
             &["stats"],
-            &[
-                "stats",
-                "over",
-                "from_s",
-                "skip_s",
-                "drop_fraction",
-                "latency",
-                "exact_max_samples",
-                "cdf",
-                "functions",
-                "piece",
-                "derive",
-                "compare",
-            ],
+            fracflow_core::suggest::field_names::<AggregateSpec>(),
         )
     }
 
@@ -318,22 +305,7 @@ impl Executor for PlotKind {
             "`plot`: draws one figure from its `aggregate` dependency's tables as SVG, PNG and PDF. The keys are \
              fracflow-plot's spec (see its docs).",
             &["figure", "style", "y"],
-            &[
-                "figure",
-                "title",
-                "table",
-                "style",
-                "x",
-                "y",
-                "band",
-                "error",
-                "series",
-                "panels",
-                "where",
-                "categories",
-                "groups",
-                "outline",
-            ],
+            fracflow_core::suggest::field_names::<PlotSpec>(),
         )
     }
 
@@ -418,7 +390,7 @@ impl Executor for CheckKind {
              apply. A failed claim is a result (listed in the summary and the report, own exit code), not a \
              failed node.",
             &["expect"],
-            &["expect"],
+            fracflow_core::suggest::field_names::<CheckConfig>(),
         );
         schema["properties"]["expect"] = serde_json::json!({
             "type": "object",

@@ -656,34 +656,6 @@ impl<'de> Deserialize<'de> for Node {
     }
 }
 
-/// The field names of a derived struct (what `deny_unknown_fields` accepts).
-pub(crate) fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
-    struct Probe<'a>(&'a mut &'static [&'static str]);
-    impl<'de> Deserializer<'de> for Probe<'_> {
-        type Error = de::value::Error;
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-            Err(de::Error::custom("not a struct"))
-        }
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _name: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            *self.0 = fields;
-            Err(de::Error::custom("probed"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-            bytes byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-            ignored_any
-        }
-    }
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(Probe(&mut fields));
-    fields
-}
-
 /// Deserializes `node` as `T`, and on failure finds every key that is wrong, not just the first: each entry of
 /// the mapping is tried alone, then the good entries together (for missing required keys).
 /// Returns the value (on failure: made of the good entries, when they are enough) and the errors.

@@ -8,7 +8,7 @@ use schemars::{JsonSchema, json_schema};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::de::{OrderedMap, RawNode, Sp, struct_fields};
+use crate::de::{OrderedMap, RawNode, Sp};
 use crate::tree::Node;
 
 /// A fracflow pipeline file. Without `pipeline:` the file is a node set, usable from other files via `uses:`.
@@ -455,7 +455,7 @@ mod tests {
 
 /// The keys every node has (from [`NodeCommon`]); the others are its kind's.
 pub(crate) fn common_fields() -> &'static [&'static str] {
-    struct_fields::<NodeCommon>()
+    fracflow_core::suggest::field_names::<NodeCommon>()
 }
 
 /// A node's body as written: checked by [`NodeCommon`] here and by its kind's `check` once resolved. Its
