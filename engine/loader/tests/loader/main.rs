@@ -1,5 +1,8 @@
 //! Loading valid pipelines: expansion over sweeps, dependency matching, variants, `base:`, `uses:`, templates,
-//! discovery, the checked-in JSON schema, and expansion at scale.
+//! discovery, the checked-in JSON schema, and expansion at scale; and, in `diagnostics`, the bad-input catalogue.
+//! One test binary: with the real kind registry, each one links polars (through the executors).
+
+mod diagnostics;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
