@@ -295,7 +295,15 @@ fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
         "tpa",
         "[ \"$1\" = run ] || exit 2\nshift\nexec \"$@\"",
     );
-    fake(&sandbox, "fperf", FAKE_FPERF);
+    // The fakes answer at once, so the run could end before the 1-s refresher first wakes: fperf waits
+    // (bounded, 20 s) until a refresh was logged, as an hour-long measurement would outlast many.
+    fake(
+        &sandbox,
+        "fperf",
+        &format!(
+            "i=0; while ! grep -qx 'sudo -n -v' \"$FAKE_LOG\" && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n{FAKE_FPERF}"
+        ),
+    );
     let run = run_on_board(&sandbox);
     let output = text(&run);
     assert!(matches!(run.status.code(), Some(0 | 5)), "{output}");
