@@ -5,26 +5,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
-use crate::support::{Sandbox, copy_tree, repo, text};
-
-/// A project with the repository's hardware sources and fRAC pipelines.
-fn frac_project() -> Sandbox {
-    let sandbox = Sandbox::new();
-    copy_tree(
-        &repo().join("hw/accelerators"),
-        &sandbox.path().join("hw/accelerators"),
-    );
-    std::fs::copy(
-        repo().join("hw/shell.yaml"),
-        sandbox.path().join("hw/shell.yaml"),
-    )
-    .expect("shell");
-    copy_tree(
-        &repo().join("pipelines/frac"),
-        &sandbox.path().join("pipelines/frac"),
-    );
-    sandbox
-}
+use crate::support::{Sandbox, frac_project, text};
 
 /// Node ids by the event they got in the latest run of `pipeline`.
 fn outcome(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String> {

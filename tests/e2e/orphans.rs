@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{KillOnDrop, Sandbox, copy_tree, repo, text};
+use crate::support::{KillOnDrop, Sandbox, frac_project, text};
 
 /// How long a test waits for processes to appear or to be gone; a bound, not a pause.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -97,20 +97,7 @@ fn a_killed_engine_leaves_nothing_a_command_forked_alive() {
 
 #[test]
 fn a_killed_engine_leaves_no_compiler_of_an_hls_build_alive() {
-    let sandbox = Sandbox::new();
-    copy_tree(
-        &repo().join("hw/accelerators"),
-        &sandbox.path().join("hw/accelerators"),
-    );
-    std::fs::copy(
-        repo().join("hw/shell.yaml"),
-        sandbox.path().join("hw/shell.yaml"),
-    )
-    .expect("shell");
-    copy_tree(
-        &repo().join("pipelines/frac"),
-        &sandbox.path().join("pipelines/frac"),
-    );
+    let sandbox = frac_project();
     let marker = marker("hls");
     let (name, value) = marker.split_once('=').expect("marker");
     let engine = KillOnDrop(

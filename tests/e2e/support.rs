@@ -115,3 +115,22 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A project with the repository's hardware sources and fRAC pipelines.
+pub fn frac_project() -> Sandbox {
+    let sandbox = Sandbox::new();
+    copy_tree(
+        &repo().join("hw/accelerators"),
+        &sandbox.path().join("hw/accelerators"),
+    );
+    std::fs::copy(
+        repo().join("hw/shell.yaml"),
+        sandbox.path().join("hw/shell.yaml"),
+    )
+    .expect("shell");
+    copy_tree(
+        &repo().join("pipelines/frac"),
+        &sandbox.path().join("pipelines/frac"),
+    );
+    sandbox
+}
