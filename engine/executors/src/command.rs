@@ -130,17 +130,9 @@ impl<'de> Deserialize<'de> for Base {
     }
 }
 
-impl JsonSchema for Base {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Base".into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        config::or_template(serde_json::json!({ "enum": [10, 16, "auto"] }))
-    }
-}
+crate::config::inline_schema!(Base, {
+    config::or_template(serde_json::json!({ "enum": [10, 16, "auto"] }))
+});
 
 /// `command`: runs a shell command (or an argv list) in the project root; it writes its outputs under
 /// `$FRACFLOW_OUT`.

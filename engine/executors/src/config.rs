@@ -8,7 +8,7 @@ use std::fmt;
 
 use fracflow_core::suggest::{did_you_mean, list_choices};
 use fracflow_core::{ConfigProblem, NodeError, NodeSpec, PathSegment};
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::{JsonSchema, Schema, json_schema};
 use serde::de::{self, DeserializeOwned, Deserializer, IntoDeserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -602,6 +602,24 @@ pub fn or_template(schema: Value) -> Schema {
     })
 }
 
+/// The JSON Schema of a type whose `Deserialize` is written by hand: inlined where it is used, named `$ty`, with
+/// the schema `$schema` builds.
+macro_rules! inline_schema {
+    ($ty:ident, $schema:block) => {
+        impl schemars::JsonSchema for $ty {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema $schema
+        }
+    };
+}
+
+pub(crate) use inline_schema;
+
 /// Defines a whole-number type with a range check: `Name(inner)`, what it must be (for messages), the test,
 /// a hint, and its schema.
 macro_rules! whole_number {
@@ -627,17 +645,9 @@ macro_rules! whole_number {
             }
         }
 
-        impl schemars::JsonSchema for $name {
-            fn inline_schema() -> bool {
-                true
-            }
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($name).into()
-            }
-            fn json_schema(_: &mut SchemaGenerator) -> Schema {
-                or_template(serde_json::json!($schema))
-            }
-        }
+        $crate::config::inline_schema!($name, {
+            $crate::config::or_template(serde_json::json!($schema))
+        });
     };
 }
 
@@ -659,17 +669,9 @@ impl<'de> Deserialize<'de> for Word {
     }
 }
 
-impl JsonSchema for Word {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Word".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": ["string", "number", "boolean"] })
-    }
-}
+inline_schema!(Word, {
+    json_schema!({ "type": ["string", "number", "boolean"] })
+});
 
 /// What a value is, for messages: "a list", "a mapping", …
 pub fn kind_of(value: &Value) -> &'static str {
@@ -731,17 +733,9 @@ impl<'de> Deserialize<'de> for Number {
     }
 }
 
-impl JsonSchema for Number {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Number".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        or_template(serde_json::json!({ "type": "number", "minimum": 0 }))
-    }
-}
+inline_schema!(Number, {
+    or_template(serde_json::json!({ "type": "number", "minimum": 0 }))
+});
 
 /// An accelerator's name: 1–32 of `a-z 0-9 _` (the emulator's rule for unit names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -771,17 +765,9 @@ impl<'de> Deserialize<'de> for UnitName {
     }
 }
 
-impl JsonSchema for UnitName {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "UnitName".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "string", "description": "1–32 of `a-z 0-9 _` (may be a template)." })
-    }
-}
+inline_schema!(UnitName, {
+    json_schema!({ "type": "string", "description": "1–32 of `a-z 0-9 _` (may be a template)." })
+});
 
 /// Defines a word-valued enum (a tool's flow): its words, serde with did-you-mean, and schema.
 macro_rules! words {
@@ -792,17 +778,9 @@ macro_rules! words {
             $($(#[$vmeta])* #[serde(rename = $word)] $variant),+
         }
 
-        impl schemars::JsonSchema for $name {
-            fn inline_schema() -> bool {
-                true
-            }
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($name).into()
-            }
-            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                $crate::config::or_template(serde_json::json!({ "enum": [$($word),+] }))
-            }
-        }
+        $crate::config::inline_schema!($name, {
+            $crate::config::or_template(serde_json::json!({ "enum": [$($word),+] }))
+        });
     };
 }
 

@@ -18,7 +18,7 @@ use fracflow_emulator::build as emulated;
 use fracflow_emulator::design::DESIGN_FILE;
 use fracflow_emulator::{CompiledUnit, DesignManifest};
 use fracflow_proto::limits;
-use schemars::{JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
@@ -720,17 +720,9 @@ impl<'de> Deserialize<'de> for DeviceAddr {
     }
 }
 
-impl JsonSchema for DeviceAddr {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DeviceAddr".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        schemars::json_schema!({ "type": "string", "description": "`HOST:PORT`, e.g. `127.0.0.1:7000`." })
-    }
-}
+crate::config::inline_schema!(DeviceAddr, {
+    schemars::json_schema!({ "type": "string", "description": "`HOST:PORT`, e.g. `127.0.0.1:7000`." })
+});
 
 fn default_programfpga() -> String {
     "scripts/programfpga.sh".to_owned()
@@ -1033,17 +1025,9 @@ impl<'de> Deserialize<'de> for ChunkSize {
     }
 }
 
-impl JsonSchema for ChunkSize {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ChunkSize".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        cfg::or_template(serde_json::json!({ "type": "integer", "enum": [64, 128, 192, 256] }))
-    }
-}
+crate::config::inline_schema!(ChunkSize, {
+    cfg::or_template(serde_json::json!({ "type": "integer", "enum": [64, 128, 192, 256] }))
+});
 
 /// An HBM address: 32-byte aligned, below 2^33; an integer or text (`"0x10004000"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1078,22 +1062,14 @@ impl<'de> Deserialize<'de> for HbmAddr {
     }
 }
 
-impl JsonSchema for HbmAddr {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "HbmAddr".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        schemars::json_schema!({
-            "anyOf": [
-                { "type": "integer", "minimum": 0 },
-                { "type": "string", "description": "`0x…` hexadecimal, a decimal integer expression, or a template." }
-            ]
-        })
-    }
-}
+crate::config::inline_schema!(HbmAddr, {
+    schemars::json_schema!({
+        "anyOf": [
+            { "type": "integer", "minimum": 0 },
+            { "type": "string", "description": "`0x…` hexadecimal, a decimal integer expression, or a template." }
+        ]
+    })
+});
 
 /// A file name without a directory (`c00_f00.bin`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -1117,17 +1093,7 @@ impl<'de> Deserialize<'de> for FileName {
     }
 }
 
-impl JsonSchema for FileName {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "FileName".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        schemars::json_schema!({ "type": "string" })
-    }
-}
+crate::config::inline_schema!(FileName, { schemars::json_schema!({ "type": "string" }) });
 
 #[derive(Debug, Default)]
 pub struct LoadKind;

@@ -94,17 +94,9 @@ impl<'de> Deserialize<'de> for Target {
     }
 }
 
-impl JsonSchema for Target {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Target".into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "type": "string", "description": "`IP:PORT`, e.g. `127.0.0.1:7000`." })
-    }
-}
+crate::config::inline_schema!(Target, {
+    schemars::json_schema!({ "type": "string", "description": "`IP:PORT`, e.g. `127.0.0.1:7000`." })
+});
 
 /// One fperf argument string, or several run at once.
 #[derive(Debug, Deserialize, JsonSchema)]
