@@ -8,7 +8,7 @@ use std::process::{Child, Stdio};
 use crate::support::{Sandbox, copy_tree, repo, text};
 
 /// A project with the repository's hardware sources and fRAC pipelines.
-fn frac_project() -> Sandbox {
+pub(crate) fn frac_project() -> Sandbox {
     let sandbox = Sandbox::new();
     copy_tree(
         &repo().join("hw/accelerators"),

@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use fracflow_proto::{Flags, RequestHeader, SLOT_COUNT, Unit};
+/// The units a slot can answer as, re-exported so callers need not depend on the protocol crate.
+pub use fracflow_proto::Unit;
+use fracflow_proto::{Flags, RequestHeader, SLOT_COUNT};
 
 /// Bytes in one line of a request or answer (docs/frac.md §2.2).
 const LINE: usize = 64;
