@@ -420,4 +420,29 @@ mod tests {
         assert_eq!(unit_by_name("or"), Some(Unit::Or));
         assert_eq!(unit_by_name("fft"), None);
     }
+
+    #[test]
+    fn a_slot_outside_the_device_is_refused_before_connecting() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 9));
+        let refused = check_slot(addr, 4, Duration::from_millis(100)).map_err(|e| e.to_string());
+        assert_eq!(
+            refused,
+            Err("slot 4 does not exist (a device has slots 0 to 3)".to_owned())
+        );
+    }
+
+    #[test]
+    fn no_device_listening_says_what_it_was_doing() {
+        // A port bound and then closed again: nothing listens there.
+        let unused = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let failed = check_slot(unused, 0, Duration::from_millis(500)).map_err(|e| e.to_string());
+        assert!(
+            failed
+                .as_ref()
+                .is_err_and(|m| m.starts_with(&format!("probing slot 0 at {unused}"))),
+            "{failed:?}"
+        );
+    }
 }

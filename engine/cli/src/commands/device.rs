@@ -278,3 +278,49 @@ fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<Exit> {
     device.stop();
     Ok(Exit::Ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(expect: &[&str]) -> String {
+        let expect: Vec<String> = expect.iter().map(|e| (*e).to_owned()).collect();
+        match parse_expectations(&[0, 1, 2, 3], &expect) {
+            Ok(parsed) => panic!("accepted {expect:?} as {parsed:?}"),
+            Err(error) => error.render(),
+        }
+    }
+
+    #[test]
+    fn expectations_name_slots_by_number_and_units_by_artifact_name_or_alias() {
+        let expect = ["0=top_k".to_owned(), "3=logit".to_owned()];
+        let parsed = parse_expectations(&[0, 3], &expect).map_err(|e| e.render());
+        assert_eq!(parsed, Ok(vec![(0, Unit::TopK), (3, Unit::Log)]));
+    }
+
+    #[test]
+    fn malformed_expectations_are_refused_with_what_to_write() {
+        let shown = refusal(&["top_k"]);
+        assert!(
+            shown.contains("error: --expect `top_k` is not SLOT=UNIT"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("hint: write e.g. `--expect 0=top_k,1=log`"),
+            "{shown}"
+        );
+        let shown = refusal(&["x=top_k"]);
+        assert!(shown.contains("`x` is not a slot number"), "{shown}");
+        let shown = refusal(&["1=fft"]);
+        assert!(shown.contains("`fft` is not a unit"), "{shown}");
+        assert!(
+            shown.contains("hint: units are top_k, log, norm, cnn"),
+            "{shown}"
+        );
+        let expect = ["2=log".to_owned()];
+        let outside = parse_expectations(&[0], &expect).map_err(|e| e.render());
+        assert!(
+            outside.is_err_and(|shown| shown.contains("slot 2, which is not among the checked")),
+        );
+    }
+}
