@@ -445,4 +445,57 @@ mod tests {
             "{failed:?}"
         );
     }
+
+    /// A stand-in top_k that sorts but ignores the mask: it must be identified as top_k and fail the
+    /// masked check, so a wrong computation cannot pass.
+    fn serve_unmasked_top_k() -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut header = [0u8; LINE];
+                if stream.read_exact(&mut header).is_err() {
+                    continue;
+                }
+                let size = u32::from_le_bytes([header[56], header[57], header[58], header[59]]);
+                let mut data = vec![0u8; size as usize - LINE];
+                if stream.read_exact(&mut data).is_err() {
+                    continue;
+                }
+                let words: Vec<u32> = data
+                    .chunks_exact(4)
+                    .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                    .collect();
+                let answer = words_to_bytes(top_k_reference(&words, 0xffff));
+                let _ = stream.write_all(&answer);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_top_k_that_ignores_the_mask_fails_only_the_masked_check() {
+        let addr = serve_unmasked_top_k();
+        let verdict = check_slot(addr, 0, Duration::from_secs(2)).expect("checked");
+        assert_eq!(verdict.unit, Some(Unit::TopK));
+        assert!(!verdict.passed());
+        let failed: Vec<&str> = verdict
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(failed, ["top_k masked by 0xa5a7"]);
+        let masked = verdict
+            .checks
+            .iter()
+            .find(|c| !c.passed)
+            .expect("a failure");
+        assert!(
+            masked.detail.starts_with("byte 12: expected 0x00"),
+            "{}",
+            masked.detail
+        );
+    }
 }
