@@ -60,4 +60,21 @@ fn device_check_passes_right_units_names_a_wrong_one_and_refuses_an_unknown_unit
         "{}",
         text(&outside)
     );
+
+    // top_k back into slot 1: every slot answers as top_k and computes right.
+    let top_k = sandbox
+        .results("frac-reconfigure")
+        .join("latest/nodes/partials[unit=top_k]/icap/c01_f03.bin");
+    let path = top_k.to_str().expect("path");
+    let loaded = sandbox.run(&["device", "load", "--addr", &addr, "--slot", "1", path]);
+    assert!(loaded.status.success(), "{}", text(&loaded));
+    let every = "0=top_k,1=top_k,2=top_k,3=top_k";
+    let all_top_k = sandbox.run(&["device", "check", "--addr", &addr, "--expect", every]);
+    let shown = text(&all_top_k);
+    assert!(all_top_k.status.success(), "{shown}");
+    assert_eq!(
+        shown.matches(": top_k, 3/3 checks passed").count(),
+        4,
+        "{shown}"
+    );
 }
