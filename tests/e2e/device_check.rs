@@ -77,4 +77,18 @@ fn device_check_passes_right_units_names_a_wrong_one_and_refuses_an_unknown_unit
         4,
         "{shown}"
     );
+
+    // The cnn in slot 2: its ten scores for a fixed image match the Rust reference.
+    let cnn = sandbox
+        .results("frac-reconfigure")
+        .join("latest/nodes/partials[unit=cnn]/icap/c02_f20.bin");
+    let path = cnn.to_str().expect("path");
+    let loaded = sandbox.run(&["device", "load", "--addr", &addr, "--slot", "2", path]);
+    assert!(loaded.status.success(), "{}", text(&loaded));
+    let checked = sandbox.run(&[
+        "device", "check", "--addr", &addr, "--slots", "2", "--expect", "2=cnn",
+    ]);
+    let shown = text(&checked);
+    assert!(checked.status.success(), "{shown}");
+    assert!(shown.contains("slot 2: cnn, 1/1 checks passed"), "{shown}");
 }

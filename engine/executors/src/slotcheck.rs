@@ -3,7 +3,6 @@
 //! The slot is identified first from one probe request, then sent a few requests whose answers are
 //! compared with references computed here from each unit's definition (docs/frac.md §2.5), not with the
 //! emulator's kernels: a real board and the emulator must both agree with the definition.
-//! `cnn` is identified but its arithmetic is not checked yet.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -207,6 +206,101 @@ pub fn norm_reference(values: &[f32]) -> Vec<f32> {
     values.iter().map(|&x| (x - min) / (max - min)).collect()
 }
 
+/// The cnn's image: 64 x 64 pixels, three int16 channels (hw/accelerators/cnn/README.md).
+const CNN_SIDE: usize = 64;
+const CNN_INPUT_VALUES: usize = CNN_SIDE * CNN_SIDE * 3;
+const CNN_CLASSES: usize = 10;
+
+/// The parameter formula of hw/accelerators/cnn/README.md ("Parameters").
+fn cnn_mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+fn cnn_weight(tag: u32, index: usize) -> i64 {
+    i64::from(cnn_mix32((tag << 24) | index as u32) % 15) - 7
+}
+
+fn cnn_bias(tag: u32, index: usize) -> i64 {
+    i64::from(cnn_mix32((tag << 24) | index as u32) % 2049) - 1024
+}
+
+/// `floor(value / 2^shift)`.
+fn floor_shift(value: i64, shift: u32) -> i64 {
+    value.div_euclid(1 << shift)
+}
+
+/// conv 3x3 (zero padding 1) + bias, requantised with ReLU and saturation, then 2x2 max pooling;
+/// maps are `[y][x][c]` (hw/accelerators/cnn/README.md, "Network").
+fn cnn_conv_pool(
+    input: &[i64],
+    side: usize,
+    channels_in: usize,
+    channels_out: usize,
+    tags: (u32, u32),
+    shift: u32,
+) -> Vec<i64> {
+    let conv = |y: usize, x: usize, co: usize| {
+        let mut acc = cnn_bias(tags.1, co);
+        for ky in 0..3 {
+            for kx in 0..3 {
+                let (Some(iy), Some(ix)) = ((y + ky).checked_sub(1), (x + kx).checked_sub(1))
+                else {
+                    continue;
+                };
+                if iy >= side || ix >= side {
+                    continue;
+                }
+                for ci in 0..channels_in {
+                    let weight = cnn_weight(tags.0, ((co * channels_in + ci) * 3 + ky) * 3 + kx);
+                    acc += input[(iy * side + ix) * channels_in + ci] * weight;
+                }
+            }
+        }
+        floor_shift(acc, shift).clamp(0, 32767)
+    };
+    let half = side / 2;
+    let mut out = vec![0; half * half * channels_out];
+    for py in 0..half {
+        for px in 0..half {
+            for co in 0..channels_out {
+                out[(py * half + px) * channels_out + co] = (0..4)
+                    .map(|d| conv(2 * py + d / 2, 2 * px + d % 2, co))
+                    .max()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// The cnn's ten class scores for an image of up to 12 288 int16 values (missing values are zero).
+#[must_use]
+pub fn cnn_reference(image: &[i16]) -> [i16; CNN_CLASSES] {
+    let mut input = vec![0i64; CNN_INPUT_VALUES];
+    for (value, given) in input.iter_mut().zip(image) {
+        *value = i64::from(*given);
+    }
+    let pooled1 = cnn_conv_pool(&input, CNN_SIDE, 3, 16, (1, 2), 6);
+    let flat = cnn_conv_pool(&pooled1, CNN_SIDE / 2, 16, 32, (3, 4), 7);
+    let mut scores = [0i16; CNN_CLASSES];
+    for (k, score) in scores.iter_mut().enumerate() {
+        let acc = cnn_bias(6, k)
+            + flat
+                .iter()
+                .enumerate()
+                .map(|(j, v)| v * cnn_weight(5, k * flat.len() + j))
+                .sum::<i64>();
+        // Clamped to the i16 range first, so the narrowing cannot fail.
+        *score = i16::try_from(floor_shift(acc, 8).clamp(-32768, 32767)).unwrap_or_default();
+    }
+    scores
+}
+
 /// Values in (0, 1) on a fixed grid, for log and norm.
 fn unit_interval(seed: u32, count: usize) -> Vec<f32> {
     pseudo_random(seed, count)
@@ -289,8 +383,23 @@ fn checks_for(unit: Unit) -> Vec<Check> {
                 request: sent,
             }]
         }
-        // Identified by its answer's shape only; the arithmetic check is still to be written.
-        Unit::Cnn => Vec::new(),
+        Unit::Cnn => {
+            // A full 64 x 64 x 3 image of small values, so every layer has non-zero activations.
+            let image: Vec<i16> = pseudo_random(29, CNN_INPUT_VALUES)
+                .into_iter()
+                .map(|r| (r % 1024) as i16 - 512)
+                .collect();
+            let data: Vec<u8> = image.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut answer = vec![0u8; LINE];
+            for (k, score) in cnn_reference(&image).iter().enumerate() {
+                answer[2 * k..2 * k + 2].copy_from_slice(&score.to_le_bytes());
+            }
+            vec![Check {
+                name: "cnn scores of a fixed image".to_owned(),
+                request: request(0, 0xffff, &data),
+                expected: Expected::Exact(answer),
+            }]
+        }
     }
 }
 
@@ -497,5 +606,25 @@ mod tests {
             "{}",
             masked.detail
         );
+    }
+
+    #[test]
+    fn cnn_parameters_and_rounding_follow_the_unit_definition() {
+        assert_eq!(cnn_mix32(0), 0);
+        assert!((1..1000).all(|i| (-7..=7).contains(&cnn_weight(5, i))));
+        assert!((0..32).all(|i| (-1024..=1024).contains(&cnn_bias(4, i))));
+        assert_eq!(floor_shift(-1, 6), -1, "floor, not truncation towards zero");
+        assert_eq!(floor_shift(130, 6), 2);
+    }
+
+    #[test]
+    fn cnn_of_a_blank_image_is_its_biases_carried_through() {
+        // All-zero input: conv1 sees only its biases, so its outputs are max(0, B1 >> 6), known by hand.
+        let blank = cnn_conv_pool(&vec![0; 4 * 4 * 3], 4, 3, 16, (1, 2), 6);
+        for (i, v) in blank.iter().enumerate() {
+            assert_eq!(*v, floor_shift(cnn_bias(2, i % 16), 6).max(0), "value {i}");
+        }
+        // And the whole network is deterministic: the same image, the same scores.
+        assert_eq!(cnn_reference(&[]), cnn_reference(&[0; 10]));
     }
 }
