@@ -4,6 +4,7 @@ mod support;
 
 mod bad_config;
 mod demo;
+mod device_check;
 mod figures;
 mod fpga;
 mod injection;

@@ -12,6 +12,7 @@ pub mod measure;
 pub mod process;
 pub mod remote;
 pub mod report;
+pub mod slotcheck;
 pub mod slurm;
 pub mod sudo;
 pub mod testbed;

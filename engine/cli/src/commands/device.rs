@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use fracflow_emulator::{Device, DeviceConfig, LogEvent};
+use fracflow_executors::slotcheck;
+use fracflow_executors::slotcheck::Unit;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
@@ -49,6 +51,17 @@ pub enum DeviceCommand {
         addr: SocketAddr,
         #[arg(long, value_delimiter = ',', default_value = "0,1,2,3")]
         slots: Vec<u8>,
+    },
+    /// Check what each slot computes against references (like the artifact's checkfuncs); exit 1 when a
+    /// slot computes wrong or answers as another unit than `--expect` says.
+    Check {
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        addr: SocketAddr,
+        #[arg(long, value_delimiter = ',', default_value = "0,1,2,3")]
+        slots: Vec<u8>,
+        /// The unit each slot must answer as, e.g. `0=top_k,1=log` (names as in the artifact).
+        #[arg(long, value_delimiter = ',')]
+        expect: Vec<String>,
     },
 }
 
@@ -131,6 +144,103 @@ pub fn run(command: DeviceCommand) -> Result<Exit> {
             }
             Ok(Exit::Ok)
         }
+        DeviceCommand::Check {
+            addr,
+            slots,
+            expect,
+        } => check(addr, &slots, &expect),
+    }
+}
+
+/// How long one check waits for an answer: log and norm answer nothing to a request they swallow.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `--expect SLOT=UNIT` entries, refused (exit 2) before anything is sent.
+fn parse_expectations(slots: &[u8], expect: &[String]) -> Result<Vec<(u8, Unit)>> {
+    let units = || {
+        Unit::ALL
+            .iter()
+            .map(|u| u.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    expect
+        .iter()
+        .map(|entry| {
+            let (slot, unit) = entry.split_once('=').ok_or_else(|| {
+                Error::bad_input_with_hint(
+                    format!("--expect `{entry}` is not SLOT=UNIT"),
+                    "write e.g. `--expect 0=top_k,1=log`",
+                )
+            })?;
+            let slot: u8 = slot.trim().parse().map_err(|_| {
+                Error::bad_input(format!("--expect `{entry}`: `{slot}` is not a slot number"))
+            })?;
+            if !slots.contains(&slot) {
+                return Err(Error::bad_input_with_hint(
+                    format!("--expect names slot {slot}, which is not among the checked slots"),
+                    "add it to --slots",
+                ));
+            }
+            let unit = slotcheck::unit_by_name(unit.trim()).ok_or_else(|| {
+                Error::bad_input_with_hint(
+                    format!("--expect `{entry}`: `{unit}` is not a unit"),
+                    format!("units are {}", units()),
+                )
+            })?;
+            Ok((slot, unit))
+        })
+        .collect()
+}
+
+fn check(addr: SocketAddr, slots: &[u8], expect: &[String]) -> Result<Exit> {
+    let expectations = parse_expectations(slots, expect)?;
+    let mut problems = Vec::new();
+    for &slot in slots {
+        let verdict =
+            slotcheck::check_slot(addr, slot, CHECK_TIMEOUT).map_err(|e| Error::Failed {
+                message: format!("device {addr}: {e}"),
+                hint: Some(
+                    "check that a device is listening there (`fracflow device serve`)".to_owned(),
+                ),
+            })?;
+        let answers_as = verdict.unit.map_or("no known unit", Unit::name);
+        let passed = verdict.checks.iter().filter(|c| c.passed).count();
+        println!(
+            "slot {slot}: {answers_as}, {passed}/{} checks passed",
+            verdict.checks.len()
+        );
+        for failed in verdict.checks.iter().filter(|c| !c.passed) {
+            println!("  FAIL {}: {}", failed.name, failed.detail);
+            problems.push(format!(
+                "slot {slot} ({answers_as}) fails `{}`",
+                failed.name
+            ));
+        }
+        let expected = expectations
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|(_, u)| *u);
+        match expected {
+            Some(unit) if verdict.unit != Some(unit) => problems.push(format!(
+                "slot {slot} answers as {answers_as}, expected {}",
+                unit.name()
+            )),
+            None if verdict.unit.is_none() => {
+                problems.push(format!("slot {slot} answers as no known unit"));
+            }
+            _ => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(Exit::Ok)
+    } else {
+        Err(Error::Failed {
+            message: problems.join("; "),
+            hint: Some(
+                "load the slot's partial again, from the build of the programmed image".to_owned(),
+            ),
+        })
     }
 }
 
@@ -167,4 +277,50 @@ fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<Exit> {
     eprintln!("device: stopping");
     device.stop();
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(expect: &[&str]) -> String {
+        let expect: Vec<String> = expect.iter().map(|e| (*e).to_owned()).collect();
+        match parse_expectations(&[0, 1, 2, 3], &expect) {
+            Ok(parsed) => panic!("accepted {expect:?} as {parsed:?}"),
+            Err(error) => error.render(),
+        }
+    }
+
+    #[test]
+    fn expectations_name_slots_by_number_and_units_by_artifact_name_or_alias() {
+        let expect = ["0=top_k".to_owned(), "3=logit".to_owned()];
+        let parsed = parse_expectations(&[0, 3], &expect).map_err(|e| e.render());
+        assert_eq!(parsed, Ok(vec![(0, Unit::TopK), (3, Unit::Log)]));
+    }
+
+    #[test]
+    fn malformed_expectations_are_refused_with_what_to_write() {
+        let shown = refusal(&["top_k"]);
+        assert!(
+            shown.contains("error: --expect `top_k` is not SLOT=UNIT"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("hint: write e.g. `--expect 0=top_k,1=log`"),
+            "{shown}"
+        );
+        let shown = refusal(&["x=top_k"]);
+        assert!(shown.contains("`x` is not a slot number"), "{shown}");
+        let shown = refusal(&["1=fft"]);
+        assert!(shown.contains("`fft` is not a unit"), "{shown}");
+        assert!(
+            shown.contains("hint: units are top_k, log, norm, cnn"),
+            "{shown}"
+        );
+        let expect = ["2=log".to_owned()];
+        let outside = parse_expectations(&[0], &expect).map_err(|e| e.render());
+        assert!(
+            outside.is_err_and(|shown| shown.contains("slot 2, which is not among the checked")),
+        );
+    }
 }
