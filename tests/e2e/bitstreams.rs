@@ -187,3 +187,31 @@ fn verify_without_a_manifest_says_how_to_make_one() {
         text(&bad_name)
     );
 }
+
+#[test]
+fn import_refuses_a_file_a_missing_folder_and_a_tree_without_images() {
+    let sandbox = Sandbox::new();
+    let empty = tempfile::tempdir().expect("tempdir");
+    put(empty.path(), "notes.txt", b"no images here");
+    let no_images = sandbox.run(&["bitstreams", "import", &empty.path().to_string_lossy()]);
+    assert_eq!(no_images.status.code(), Some(2), "{}", text(&no_images));
+    assert!(
+        text(&no_images).contains("no .bit or .bin images under"),
+        "{}",
+        text(&no_images)
+    );
+
+    let file = empty.path().join("notes.txt");
+    let not_dir = sandbox.run(&["bitstreams", "import", &file.to_string_lossy()]);
+    assert_eq!(not_dir.status.code(), Some(2), "{}", text(&not_dir));
+    assert!(
+        text(&not_dir).contains("is not a directory"),
+        "{}",
+        text(&not_dir)
+    );
+
+    let gone = empty.path().join("nowhere");
+    let missing = sandbox.run(&["bitstreams", "import", &gone.to_string_lossy()]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(text(&missing).contains("nowhere"), "{}", text(&missing));
+}
