@@ -3,6 +3,7 @@
 mod support;
 
 mod bad_config;
+mod bitstreams;
 mod demo;
 mod device_check;
 mod figures;

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    cache::CacheAction, cpu_server::CpuServerArgs, device::DeviceCommand, graph::GraphArgs,
-    plan::PlanArgs, plot::PlotArgs, run::RunArgs, testbed::TestbedAction, why::WhyArgs,
+    bitstreams::BitstreamsAction, cache::CacheAction, cpu_server::CpuServerArgs,
+    device::DeviceCommand, graph::GraphArgs, plan::PlanArgs, plot::PlotArgs, run::RunArgs,
+    testbed::TestbedAction, why::WhyArgs,
 };
 
 #[derive(Parser, Debug)]
@@ -64,6 +65,11 @@ pub enum Command {
     Testbed {
         #[command(subcommand)]
         action: TestbedAction,
+    },
+    /// Pin prebuilt Xilinx images by sha256 in bitstreams/NAME.yaml, and re-check them.
+    Bitstreams {
+        #[command(subcommand)]
+        action: BitstreamsAction,
     },
     /// Inspect or clean the cache.
     Cache {

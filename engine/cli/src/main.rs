@@ -61,6 +61,9 @@ fn dispatch(cli: Cli) -> Result<Exit> {
         Command::CpuServer(args) => commands::cpu_server::run(args),
         Command::Device { action } => commands::device::run(action),
         Command::Testbed { action } => commands::testbed::run(&project::find_root(root)?, &action),
+        Command::Bitstreams { action } => {
+            commands::bitstreams::run(&project::find_root(root)?, &action)
+        }
         Command::Cache { action } => {
             commands::cache::run(&Project::open(root, cache, None)?, &action)
         }

@@ -661,6 +661,18 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// `fracflow_proto::bitstream` repeats these magics (it cannot depend on this crate); keep them equal.
+    #[test]
+    fn the_container_magics_match_what_the_bitstream_classifier_knows() {
+        use fracflow_proto::bitstream::{self, BitstreamKind};
+        assert_eq!(PARTIAL_MAGIC, bitstream::EMULATED_PARTIAL_MAGIC);
+        assert_eq!(FULL_MAGIC, bitstream::EMULATED_FULL_MAGIC);
+        assert_eq!(
+            bitstream::classify(&partial().encode()),
+            BitstreamKind::Emulated("partial")
+        );
+    }
+
     fn partial() -> PartialImage {
         PartialImage {
             cell: 2,

@@ -3,6 +3,7 @@
 //! Facts come from the repository's `docs/frac.md` §2–§3 (cited as "frac §N" in
 //! every module of this crate) and `docs/tools.md` §1 ("fperf §N").
 //!
+//! * [`bitstream`]: recognising real Xilinx bitstreams and emulated containers;
 //! * [`header`]: the 64-byte request header, its flags and workload routing;
 //! * [`reassembly`]: device-side request reassembly (byte stream and segments);
 //! * [`controller`]: reconfiguration-controller commands and answers;
@@ -11,6 +12,7 @@
 //! * [`response`]: response sizes per unit;
 //! * [`limits`]: sizes and limits.
 
+pub mod bitstream;
 pub mod client;
 pub mod controller;
 pub mod error;

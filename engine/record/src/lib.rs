@@ -7,6 +7,7 @@ pub mod event;
 pub mod manifest;
 pub mod measure;
 pub mod metrics;
+pub mod prebuilt;
 pub mod read;
 pub mod samples;
 pub mod table;

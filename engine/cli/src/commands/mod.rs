@@ -1,5 +1,6 @@
 //! One module per `fracflow` command; `main.rs` dispatches to their `run` functions.
 
+pub mod bitstreams;
 pub mod cache;
 pub mod client;
 pub mod cpu_server;
