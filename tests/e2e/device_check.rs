@@ -1,17 +1,13 @@
 //! `fracflow device check`: what each slot of a live emulated device computes, against Rust references.
 
-use crate::fpga::{Stop, serve};
+use crate::fpga::reconfigured_device;
 use crate::support::{frac_project, text};
 
 #[test]
 fn device_check_passes_right_units_names_a_wrong_one_and_refuses_an_unknown_unit() {
     let sandbox = frac_project();
-    let (child, addr) = serve(&sandbox);
-    let _stop = Stop(child);
-    // The reconfigure pipeline programs the full image (top_k everywhere) and loads log into slot 1.
-    let set = format!("device=\"{addr}\"");
-    let run = sandbox.run(&["run", "reconfigure", "--set", &set]);
-    assert!(run.status.success(), "{}", text(&run));
+    // top_k in every slot but 1, which holds log.
+    let (_stop, addr) = reconfigured_device(&sandbox);
 
     let passing = sandbox.run(&[
         "device",

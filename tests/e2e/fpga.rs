@@ -85,14 +85,21 @@ impl Drop for Stop {
     }
 }
 
-#[test]
-fn a_live_device_is_programmed_reconfigured_and_refuses_foreign_or_misplaced_partials() {
-    let sandbox = frac_project();
-    let (child, addr) = serve(&sandbox);
-    let _stop = Stop(child);
+/// A live emulated device after the `reconfigure` pipeline: the full image (top_k everywhere), then log in
+/// slot 1. Dropping the `Stop` stops the device.
+pub(crate) fn reconfigured_device(sandbox: &Sandbox) -> (Stop, String) {
+    let (child, addr) = serve(sandbox);
+    let stop = Stop(child);
     let set = format!("device=\"{addr}\"");
     let run = sandbox.run(&["run", "reconfigure", "--set", &set]);
     assert!(run.status.success(), "{}", text(&run));
+    (stop, addr)
+}
+
+#[test]
+fn a_live_device_is_programmed_reconfigured_and_refuses_foreign_or_misplaced_partials() {
+    let sandbox = frac_project();
+    let (_stop, addr) = reconfigured_device(&sandbox);
 
     let probe = sandbox.run(&["device", "probe", "--addr", &addr]);
     assert!(probe.status.success(), "{}", text(&probe));
