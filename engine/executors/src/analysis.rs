@@ -9,8 +9,8 @@ use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
 use fracflow_core::{ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
 use fracflow_record::{
-    Cell, ExpectationResult, METRICS_FILE, MeasureSummary, MetricsRecord, Provenance, SUMMARY_FILE,
-    Table,
+    Cell, ExpectationResult, METRICS_FILE, MeasureSource, MeasureSummary, MetricsRecord,
+    Provenance, SUMMARY_FILE, Table,
 };
 
 use crate::config;
@@ -107,8 +107,8 @@ impl Executor for AggregateKind {
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         aggregate_spec(spec).map_err(|p| first_problem(spec, &p))?;
-        // 2: `stats: metrics` and `compare.op`.
-        Ok(info(2))
+        // 2: `stats: metrics` and `compare.op`; 3: the provenance columns of measured tables.
+        Ok(info(3))
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
@@ -183,7 +183,8 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
             continue;
         }
         let summary: MeasureSummary = read_dependency_record(job, &path)?;
-        let labels = summary.label_cells();
+        let labels = with_provenance(summary.label_cells(), &summary.source)
+            .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))?;
         match summary.member_labels() {
             // Client processes that ran at once with labels of their own: one point each.
             Some(members) => {
@@ -211,6 +212,26 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
         ));
     }
     Ok(points)
+}
+
+/// A measured point's labels with the columns that say where its numbers came from
+/// ([`fracflow_record::PROVENANCE_COLUMNS`]), so every table made from it carries them. A label of the same name
+/// would hide them (or be silently replaced), so it is refused.
+fn with_provenance(
+    mut labels: BTreeMap<String, Cell>,
+    source: &MeasureSource,
+) -> Result<BTreeMap<String, Cell>, String> {
+    for (column, value) in source.columns() {
+        if labels.contains_key(column) {
+            return Err(format!(
+                "the point has a label `{column}`, the name of a column aggregate adds to say where the numbers \
+                 came from ({}); rename the label",
+                fracflow_record::PROVENANCE_COLUMNS.join(", ")
+            ));
+        }
+        labels.insert(column.to_owned(), Cell::Text(value));
+    }
+    Ok(labels)
 }
 
 /// Every table (`NAME.parquet`, else `NAME.csv`) in the dependencies' outputs, by name.
@@ -247,12 +268,12 @@ pub fn tables_in<'a>(
     Ok(tables)
 }
 
-/// Who produced a figure's numbers: the tools a table names in its `source` column (tool-driven artifacts such
-/// as RPCNIC and SUME), else the client the testbed measures with.
-fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
+/// The distinct tools the tables not made from measurements name in their `source` column (tool-driven
+/// artifacts such as RPCNIC and SUME set it from a param), in order of appearance.
+pub fn tool_sources<'t>(tables: impl IntoIterator<Item = &'t Table>) -> Vec<String> {
     let mut sources: Vec<String> = Vec::new();
-    for table in tables.values() {
-        if let Some(column) = table.columns.iter().position(|c| c == "source") {
+    for table in tables.into_iter().filter(|t| !t.is_measured()) {
+        if let Some(column) = table.column("source") {
             for row in &table.rows {
                 if let Some(Cell::Text(source)) = row.get(column)
                     && !sources.contains(source)
@@ -262,8 +283,20 @@ fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> Str
             }
         }
     }
+    sources
+}
+
+/// A footer's words for numbers a pipeline's own tools produced.
+pub fn tools_phrase(sources: &[String]) -> String {
+    format!("numbers from the pipeline's tools ({})", sources.join(", "))
+}
+
+/// Who produced a figure's numbers: the tools a table names in its `source` column (tool-driven artifacts such
+/// as RPCNIC and SUME), else the client the testbed measures with.
+fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
+    let sources = tool_sources(tables.values());
     if !sources.is_empty() {
-        return format!("numbers from the pipeline's tools ({})", sources.join(", "));
+        return tools_phrase(&sources);
     }
     let real_fperf = session.is_some_and(|s| s.profile().measures_with_fperf());
     if real_fperf {
@@ -434,5 +467,77 @@ impl Executor for CheckKind {
             ),
         ]);
         Ok(Outcome { metrics })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> MeasureSource {
+        MeasureSource {
+            testbed: "u280-direct".to_owned(),
+            testbed_kind: "doubles".to_owned(),
+            host: "client-host".to_owned(),
+            target: "172.24.1.52:2888".to_owned(),
+            against: "fRAC device".to_owned(),
+            client: "real fperf (libtpa/DPDK) through the adapter".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_measured_point_carries_its_testbed_kind_and_source() -> Result<(), String> {
+        let labels = BTreeMap::from([("n".to_owned(), Cell::Num(4.0))]);
+        let labels = with_provenance(labels, &source())?;
+        assert_eq!(
+            labels.get("testbed"),
+            Some(&Cell::Text("u280-direct".into()))
+        );
+        assert_eq!(
+            labels.get("testbed_kind"),
+            Some(&Cell::Text("doubles".into()))
+        );
+        assert_eq!(
+            labels.get("source"),
+            Some(&Cell::Text(
+                "fRAC device; real fperf through the adapter".into()
+            ))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_label_named_like_a_provenance_column_is_refused() {
+        let labels = BTreeMap::from([("source".to_owned(), Cell::Text("mine".into()))]);
+        let refused = with_provenance(labels, &source()).expect_err("a colliding label");
+        assert_eq!(
+            refused,
+            "the point has a label `source`, the name of a column aggregate adds to say where the numbers came \
+             from (testbed, testbed_kind, source); rename the label"
+        );
+    }
+
+    #[test]
+    fn only_tables_not_made_from_measurements_name_tools() {
+        let mut measured = Table::new(
+            ["n", "testbed", "testbed_kind", "source", "median_us"]
+                .map(String::from)
+                .to_vec(),
+        );
+        measured.rows.push(vec![
+            Cell::Num(1.0),
+            Cell::Text("emulated".into()),
+            Cell::Text("emulated".into()),
+            Cell::Text("emulated fRAC device; embedded client, closed loop".into()),
+            Cell::Num(7.5),
+        ]);
+        let mut tools = Table::new(["design", "source", "speed"].map(String::from).to_vec());
+        tools.rows.push(vec![
+            Cell::Text("one-shot".into()),
+            Cell::Text("doubles".into()),
+            Cell::Num(3.0),
+        ]);
+        assert!(tool_sources([&measured]).is_empty());
+        assert_eq!(tool_sources([&measured, &tools]), ["doubles"]);
     }
 }
