@@ -871,7 +871,7 @@ mod claims {
                 [
                     text("emulated"),
                     text("emulated"),
-                    text("emulated fRAC device; embedded client, closed loop"),
+                    text("emulated fRAC device; embedded client closed loop"),
                 ],
             );
         }

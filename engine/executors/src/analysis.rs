@@ -528,7 +528,7 @@ mod tests {
             Cell::Num(1.0),
             Cell::Text("emulated".into()),
             Cell::Text("emulated".into()),
-            Cell::Text("emulated fRAC device; embedded client, closed loop".into()),
+            Cell::Text("emulated fRAC device; embedded client closed loop".into()),
             Cell::Num(7.5),
         ]);
         let mut tools = Table::new(["design", "source", "speed"].map(String::from).to_vec());

@@ -108,8 +108,9 @@ pub struct MeasureSource {
 pub const PROVENANCE_COLUMNS: [&str; 3] = ["testbed", "testbed_kind", "source"];
 
 impl MeasureSource {
-    /// The `source` column: what answered and which client asked, each without the details in parentheses
-    /// (`emulated fRAC device; embedded client, closed loop`, `fRAC device; real fperf through the adapter`).
+    /// The `source` column: what answered and which client asked, each without the details in parentheses and
+    /// without commas, so that a table split naively on commas stays aligned (`emulated fRAC device; embedded
+    /// client closed loop`, `fRAC device; real fperf through the adapter`).
     pub fn words(&self) -> String {
         format!("{}; {}", headline(&self.against), headline(&self.client))
     }
@@ -125,8 +126,9 @@ impl MeasureSource {
     }
 }
 
-/// A phrase without its parenthesised details: `embedded client, closed loop (fperf rr)` → `embedded client,
-/// closed loop`; `real fperf (libtpa/DPDK) through the adapter` → `real fperf through the adapter`.
+/// A phrase without its parenthesised details and commas: `embedded client, closed loop (fperf rr)` →
+/// `embedded client closed loop`; `real fperf (libtpa/DPDK) through the adapter` → `real fperf through the
+/// adapter`.
 fn headline(words: &str) -> String {
     let mut kept = String::with_capacity(words.len());
     let mut depth = 0usize;
@@ -134,6 +136,7 @@ fn headline(words: &str) -> String {
         match c {
             '(' => depth += 1,
             ')' => depth = depth.saturating_sub(1),
+            ',' => {}
             _ if depth == 0 => kept.push(c),
             _ => {}
         }
@@ -284,7 +287,7 @@ mod tests {
         );
         assert_eq!(
             emulated.words(),
-            "emulated fRAC device; embedded client, closed loop"
+            "emulated fRAC device; embedded client closed loop"
         );
         let board = source(
             "fRAC device",
