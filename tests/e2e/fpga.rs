@@ -292,7 +292,7 @@ fn measurements_run_in_process_and_are_cached_by_key() {
         measured.contains("measure[m=1024]") && measured.contains("measure[m=4096]"),
         "{measured:?}"
     );
-    let nodes = sandbox.results("frac-measure").join("latest/nodes");
+    let nodes = sandbox.latest_smoke("frac-measure").join("nodes");
     let summary: serde_json::Value = serde_json::from_slice(
         &std::fs::read(nodes.join("measure[m=4096]/summary.json")).expect("summary"),
     )
