@@ -183,8 +183,11 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
             continue;
         }
         let summary: MeasureSummary = read_dependency_record(job, &path)?;
-        let labels = with_provenance(summary.label_cells(), &summary.source)
-            .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))?;
+        let provenance = |labels| {
+            with_provenance(labels, &summary.source)
+                .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))
+        };
+        let labels = summary.label_cells();
         match summary.member_labels() {
             // Client processes that ran at once with labels of their own: one point each.
             Some(members) => {
@@ -192,14 +195,14 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
                     let mut labels = labels.clone();
                     labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
                     points.push(PointSource {
-                        labels,
+                        labels: provenance(labels)?,
                         dir: dir.clone(),
                         member: Some(member as u64),
                     });
                 }
             }
             None => points.push(PointSource {
-                labels,
+                labels: provenance(labels)?,
                 dir: dir.clone(),
                 member: None,
             }),
