@@ -145,10 +145,18 @@ fn smoke_and_full_runs_keep_their_own_latest_and_plot_redraws_the_one_its_flags_
         svg.contains(&format!("run {smoke_id}")),
         "the footer names the smoke run"
     );
+    let footer = footer_text(&svg);
     assert!(
-        svg.contains("embedded client"),
-        "the footer says who measured: {}",
-        footer_text(&svg)
+        footer.contains("embedded client"),
+        "the footer says who measured: {footer}"
+    );
+    let drawn_in_the_run =
+        std::fs::read_to_string(results.join(&*smoke_id).join("nodes/fig16/fig16.svg"))
+            .expect("the run's svg");
+    assert_eq!(
+        footer,
+        footer_text(&drawn_in_the_run),
+        "a re-drawn footer is the run's"
     );
     assert!(
         !results.join(full_run).join("replot").exists(),
@@ -203,6 +211,13 @@ fn a_run_measured_by_the_real_fperf_is_redrawn_saying_so() {
     let svg = std::fs::read_to_string(latest.join("replot/fig16.svg")).expect("re-drawn svg");
     let footer = footer_text(&svg);
     assert!(footer.contains("real fperf"), "{footer}");
+    let drawn_in_the_run =
+        std::fs::read_to_string(latest.join("nodes/fig16/fig16.svg")).expect("the run's svg");
+    assert_eq!(
+        footer,
+        footer_text(&drawn_in_the_run),
+        "a re-drawn footer is the run's"
+    );
     assert!(footer.contains("testbed board (real)"), "{footer}");
     assert!(!footer.contains("embedded client"), "{footer}");
 }

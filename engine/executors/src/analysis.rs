@@ -294,12 +294,37 @@ pub fn tools_phrase(sources: &[String]) -> String {
     format!("numbers from the pipeline's tools ({})", sources.join(", "))
 }
 
-/// Who produced a figure's numbers: the tools a table names in its `source` column (tool-driven artifacts such
-/// as RPCNIC and SUME), else the client the testbed measures with.
+/// Who produced the numbers of `tables`, in a figure footer's words: the distinct clients the `source` column of
+/// measured tables names ([`MeasureSource::client_in`], e.g. `real fperf through the adapter`), else the tools
+/// the other tables name there (tool-driven artifacts such as RPCNIC and SUME); `None` when no table says.
+/// A fresh figure and its re-drawing (`redraw`) read their footer from the same tables through this.
+pub fn client_in_tables<'t>(tables: impl IntoIterator<Item = &'t Table> + Clone) -> Option<String> {
+    let mut clients: Vec<&str> = Vec::new();
+    for table in tables.clone().into_iter().filter(|t| t.is_measured()) {
+        let Some(column) = table.column("source") else {
+            continue;
+        };
+        for row in &table.rows {
+            if let Some(Cell::Text(source)) = row.get(column) {
+                let client = MeasureSource::client_in(source);
+                if !clients.contains(&client) {
+                    clients.push(client);
+                }
+            }
+        }
+    }
+    if !clients.is_empty() {
+        return Some(clients.join(" + "));
+    }
+    let tools = tool_sources(tables);
+    (!tools.is_empty()).then(|| tools_phrase(&tools))
+}
+
+/// Who produced a figure's numbers: what its tables say ([`client_in_tables`]), else the client the testbed
+/// measures with (tables a `command` node wrote carry no provenance columns).
 fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
-    let sources = tool_sources(tables.values());
-    if !sources.is_empty() {
-        return tools_phrase(&sources);
+    if let Some(client) = client_in_tables(tables.values()) {
+        return client;
     }
     let real_fperf = session.is_some_and(|s| s.profile().measures_with_fperf());
     if real_fperf {
@@ -369,16 +394,22 @@ impl Executor for PlotKind {
 }
 
 /// Re-draws the figure of `plot` node `spec` from the tables in `dep_dirs` (its dependencies' outputs in a run
-/// directory) into `out_dir`, without running anything else.
+/// directory) into `out_dir`, without running anything else. `run` is the run's provenance
+/// ([`crate::report::run_provenance`]); the footer names the client the tables name, as the figure drawn in the
+/// run did, and the run's own measurements' client where the tables name none (tables from before they did).
 pub fn redraw(
     spec: &NodeSpec,
     dep_dirs: &[PathBuf],
-    provenance: &Provenance,
+    run: &Provenance,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
     let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
-    fracflow_plot::draw(&plot, &tables, provenance, out_dir).map_err(|e| e.to_string())
+    let mut provenance = run.clone();
+    if let Some(client) = client_in_tables(tables.values()) {
+        provenance.client = client;
+    }
+    fracflow_plot::draw(&plot, &tables, &provenance, out_dir).map_err(|e| e.to_string())
 }
 
 /// `check`: the paper's claims as data, evaluated on its `aggregate` dependencies' tables. `expect` maps a
@@ -542,5 +573,15 @@ mod tests {
         ]);
         assert!(tool_sources([&measured]).is_empty());
         assert_eq!(tool_sources([&measured, &tools]), ["doubles"]);
+        assert_eq!(
+            client_in_tables([&measured, &tools]).as_deref(),
+            Some("embedded client closed loop"),
+            "a measured table names its client, whatever other tables say"
+        );
+        assert_eq!(
+            client_in_tables([&tools]).as_deref(),
+            Some("numbers from the pipeline's tools (doubles)")
+        );
+        assert_eq!(client_in_tables(std::iter::empty::<&Table>()), None);
     }
 }

@@ -115,6 +115,14 @@ impl MeasureSource {
         format!("{}; {}", headline(&self.against), headline(&self.client))
     }
 
+    /// The client half of a `source` column's value ([`MeasureSource::words`]): `embedded client closed loop`,
+    /// `real fperf through the adapter`; a value not written so is returned whole.
+    pub fn client_in(source_column: &str) -> &str {
+        source_column
+            .split_once("; ")
+            .map_or(source_column, |(_, client)| client)
+    }
+
     /// The values of [`PROVENANCE_COLUMNS`] for this point.
     pub fn columns(&self) -> [(&'static str, String); 3] {
         let [testbed, kind, source] = PROVENANCE_COLUMNS;
@@ -294,6 +302,11 @@ mod tests {
             "real fperf (libtpa/DPDK) through the adapter",
         );
         assert_eq!(board.words(), "fRAC device; real fperf through the adapter");
+        assert_eq!(
+            super::MeasureSource::client_in(&board.words()),
+            "real fperf through the adapter"
+        );
+        assert_eq!(super::MeasureSource::client_in("measured"), "measured");
         let columns = emulated.columns();
         assert_eq!(columns.map(|(name, _)| name), super::PROVENANCE_COLUMNS);
         assert_eq!(emulated.columns()[1].1, "emulated");

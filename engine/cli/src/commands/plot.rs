@@ -54,7 +54,8 @@ pub fn run(project: &Project, args: &PlotArgs) -> Result<Exit> {
     })?;
     let out_dir = args.out.clone().unwrap_or_else(|| run_dir.join("replot"));
     prepare_out_dir(&out_dir)?;
-    // The run's own provenance, as its report page says it: who measured is in its measurements' summaries.
+    // The run's own provenance, as its report page says it (who measured is in its measurements' summaries);
+    // each figure's footer then names the client its tables name, as the figure drawn in the run did.
     let provenance = fracflow_executors::report::run_provenance(&run_dir, &manifest);
     let graph = &loaded.graph;
     let mut drawn = 0;
