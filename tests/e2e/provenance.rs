@@ -235,3 +235,32 @@ fn footer_text(svg: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[test]
+fn a_measurement_label_named_like_a_provenance_column_fails_the_aggregation_naming_it() {
+    let sandbox = figures_project();
+    let pipeline = sandbox.path().join("pipelines/frac/scalability.yaml");
+    let yaml = std::fs::read_to_string(&pipeline).expect("pipeline");
+    assert!(
+        yaml.contains("labels: {series: fRAC,"),
+        "the fRAC node's labels"
+    );
+    std::fs::write(
+        &pipeline,
+        yaml.replace(
+            "labels: {series: fRAC,",
+            "labels: {series: fRAC, source: mine,",
+        ),
+    )
+    .expect("edit the pipeline");
+    let run = run_fig16(&sandbox, true);
+    let said = text(&run);
+    assert_eq!(run.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(
+            "summary.json: the point has a label `source`, the name of a column aggregate adds to say where the \
+             numbers came from (testbed, testbed_kind, source); rename the label"
+        ),
+        "{said}"
+    );
+}
