@@ -68,6 +68,17 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
             println!("  - {line}");
         }
     }
+    if let Some(images) = testbed.images().filter(|c| !c.files.is_empty()) {
+        println!("images: {}", images.source);
+        for file in &images.files {
+            println!("  - {file}");
+        }
+        if images.no_program {
+            println!(
+                "  - --no-program: the board is taken to hold the image; slots are loaded and checked"
+            );
+        }
+    }
     println!(
         "estimated time {}{}, estimated disk {}",
         human::seconds(seconds),
