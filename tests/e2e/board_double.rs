@@ -262,6 +262,28 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     std::fs::write(&pinned, &original).expect("restore");
     assert!(programmed(&sandbox).is_empty(), "nothing was programmed");
 
+    // The plan shows the session's commands in order, with the pinned files' own paths, and counts them in.
+    let mut args = vec!["plan", "fig16"];
+    args.extend(smoke);
+    let plan = sandbox.run(&args);
+    let shown = text(&plan);
+    assert!(plan.status.success(), "{shown}");
+    let image = example.join("frac/jtag/frac.bit");
+    let program = format!("scripts/programfpga.sh {}", image.display());
+    let load = format!(
+        "load slot 0: {}",
+        example.join("frac/icap/c00_f00.bin").display()
+    );
+    let (Some(programs_at), Some(loads_at)) = (shown.find(&program), shown.find(&load)) else {
+        panic!("no programming or slot load in the plan: {shown}");
+    };
+    assert!(programs_at < loads_at, "{shown}");
+    assert!(shown.contains("then check it answers as top_k"), "{shown}");
+    assert!(
+        shown.contains("programming, settling and loading the board"),
+        "{shown}"
+    );
+
     // The smoke figure: programs exactly the pinned image, checks each loaded slot, measures.
     let mut args = vec!["run", "fig16"];
     args.extend(smoke);

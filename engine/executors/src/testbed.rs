@@ -97,7 +97,7 @@ pub struct BoardProfile {
 }
 
 /// A board section with every default: the artifact's script, no JTAG target, NIC from the route.
-fn default_board() -> BoardProfile {
+pub fn default_board() -> BoardProfile {
     BoardProfile {
         jtag: String::new(),
         vivado_root: String::new(),
@@ -438,6 +438,16 @@ impl Session {
     /// The unit of each RM id (`hw/shell.yaml`), for the functional check after each slot load.
     pub fn set_partial_units(&self, units: BTreeMap<u8, String>) {
         self.pinning().units = units;
+    }
+
+    pub fn no_program(&self) -> bool {
+        self.pinning().no_program
+    }
+
+    /// The unit a partial `cXX_fYY.bin` holds, by its RM id in the shell declaration.
+    pub fn unit_of_partial(&self, name: &str) -> Option<String> {
+        let (_, rm) = fracflow_record::prebuilt::parse_partial_name(name.rsplit('/').next()?)?;
+        self.pinning().units.get(&rm).cloned()
     }
 
     /// `--no-program`: the board holds the image already; slots are still loaded and checked.
