@@ -384,3 +384,45 @@ fn a_shipped_board_profile_without_pinned_images_says_which_command_pins_them() 
         );
     }
 }
+
+#[test]
+fn the_vivado_source_plans_the_real_build_and_needs_the_bypass_image_given() {
+    let sandbox = crate::figures::figures_project();
+    sandbox.write(
+        "hw/testbeds/u280-vivado.yaml",
+        "kind: doubles\ndescription: a board whose images the real build makes\ndevice:\n  addr: \"172.24.1.52:2888\"\n\
+         board:\n  programfpga: scripts/programfpga.sh\n  nic: fake0\nsudo: \"\"\nimages:\n  source: vivado\n",
+    );
+    let plan = sandbox.run(&[
+        "plan",
+        "fig16",
+        "--smoke",
+        "--testbed",
+        "u280-vivado",
+        "--only",
+        "k=1",
+        "--only",
+        "n=4",
+    ]);
+    let shown = text(&plan);
+    assert!(plan.status.success(), "{shown}");
+    assert!(
+        shown.contains(
+            "spinhdl --parallel N weave spinhdl.yaml --units spin.yaml --static static.yaml"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("scripts/programfpga.sh jtag/frac.bit (built by this run)"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("-> design.json") && !shown.contains("[image]"),
+        "no emulated build step: {shown}"
+    );
+    // Figure 13 measures the bypass baseline too, which the real fRAC build does not make.
+    let plan = sandbox.run(&["plan", "fig13", "--smoke", "--testbed", "u280-vivado"]);
+    let shown = text(&plan);
+    assert_eq!(plan.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("--bitstream bypass=FILE"), "{shown}");
+}

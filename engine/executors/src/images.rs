@@ -36,6 +36,10 @@ pub enum ImageSourceKind {
     /// Real bitstreams pinned in `bitstreams/<manifest>.yaml`: the artifact's `example/` tree, or a Vivado
     /// build's `build/frac/bitstreams/` imported the same way.
     Prebuilt,
+    /// The real build, run by the pipeline: `vitis_hls` per accelerator, `spinhdl weave` for the static design
+    /// and every partial, `spinhdl spin` for one RM against its cell's abstract shell (docs/frac.md §4.2). Its
+    /// products are content-hashed like every output, so measurements key on them.
+    Vivado,
 }
 
 /// A profile's `images:` section.
@@ -155,6 +159,16 @@ pub fn apply(
         };
     }
     let real = kind != TestbedKind::Emulated;
+    if images.source == ImageSourceKind::Vivado {
+        refusals.extend(use_vivado(pipeline, needed, overrides));
+    }
+    let products: Vec<usize> = products
+        .into_iter()
+        .filter(|&i| matches!(pipeline.nodes[i].kind.as_str(), "image" | "partials"))
+        .filter(|&i| {
+            images.source != ImageSourceKind::Vivado || is_overridden(&pipeline.nodes[i], overrides)
+        })
+        .collect();
     let mut source = PinnedSource::new(root, images, overrides);
     let units = shell_units(root);
     // Which source gives each product: its override, the pinned manifest, or the build chain.
@@ -162,11 +176,7 @@ pub fn apply(
     for &index in &products {
         let node = &pipeline.nodes[index];
         let files = if node.kind == "image" {
-            let name = if node.config.get("bypass") == Some(&serde_json::json!(true)) {
-                BYPASS
-            } else {
-                FRAC
-            };
+            let name = image_name(node);
             let output = node.outputs.first().cloned().unwrap_or_default();
             source.full_image(name, &output)
         } else {
@@ -261,6 +271,93 @@ pub fn apply(
     Ok(choice)
 }
 
+/// The FPGA part the real flow builds for (docs/frac.md §4.1).
+const U280_PART: &str = "xcu280-fsvh2892-2L-e";
+
+fn image_name(node: &NodeSpec) -> &'static str {
+    if node.config.get("bypass") == Some(&serde_json::json!(true)) {
+        BYPASS
+    } else {
+        FRAC
+    }
+}
+
+/// Whether the run's flags give this product instead of its source.
+fn is_overridden(node: &NodeSpec, overrides: &ImageOverrides) -> bool {
+    match node.kind.as_str() {
+        "image" => overrides.bitstreams.contains_key(image_name(node)),
+        _ => overrides.partials.contains_key(FRAC),
+    }
+}
+
+/// The real build in place of the emulated one: the build chain's kinds run their real tools, and a
+/// measurement takes the image and the partials from what `spinhdl weave` left (`jtag/`, `icap/`), since
+/// that one implementation is what its partials fit. The bypass baseline is a flat build of another branch
+/// that fracflow does not drive: it must be given.
+fn use_vivado(
+    pipeline: &mut fracflow_core::Pipeline,
+    needed: &BTreeSet<String>,
+    overrides: &ImageOverrides,
+) -> Vec<String> {
+    let mut refusals = Vec::new();
+    let weave = pipeline
+        .nodes
+        .iter()
+        .find(|n| n.kind == "weave" && needed.contains(&n.id))
+        .map(|n| n.id.clone());
+    let mut products = BTreeSet::new();
+    for node in pipeline.nodes.iter_mut().filter(|n| needed.contains(&n.id)) {
+        match node.kind.as_str() {
+            "hls" => {
+                node.config
+                    .insert("tool".to_owned(), serde_json::json!("vitis_hls"));
+                node.config
+                    .entry("part".to_owned())
+                    .or_insert_with(|| serde_json::json!(U280_PART));
+                node.outputs = vec!["ip/".to_owned()];
+            }
+            "weave" => {
+                node.config
+                    .insert("tool".to_owned(), serde_json::json!("spinhdl"));
+                node.outputs = vec!["jtag/".to_owned(), "icap/".to_owned()];
+            }
+            "partials" if !is_overridden(node, overrides) => {
+                node.config
+                    .insert("tool".to_owned(), serde_json::json!("spinhdl"));
+                products.insert(node.id.clone());
+            }
+            "image" if image_name(node) == BYPASS && !is_overridden(node, overrides) => {
+                refusals.push(format!(
+                    "node `{}`: the vivado source builds the fRAC design only; the bypass baseline is a flat \
+                     build of another branch (docs/frac.md §4.2): give it with `--bitstream {BYPASS}=FILE` or pin it",
+                    node.id
+                ));
+            }
+            "image" if !is_overridden(node, overrides) => {
+                // What `spinhdl weave` left is the full image: the node only gathers it.
+                node.kind = "group".to_owned();
+                node.config.clear();
+                node.outputs.clear();
+                node.deps = weave.iter().cloned().collect();
+                products.insert(node.id.clone());
+            }
+            _ => {}
+        }
+    }
+    let Some(weave) = weave else {
+        return refusals;
+    };
+    for node in pipeline.nodes.iter_mut().filter(|n| n.kind == "measure") {
+        if node.deps.iter().any(|d| products.contains(d)) {
+            node.deps.retain(|d| !products.contains(d));
+            if !node.deps.contains(&weave) {
+                node.deps.push(weave.clone());
+            }
+        }
+    }
+    refusals
+}
+
 /// Unit of each RM id, from the project's shell declaration (`hw/shell.yaml`, docs/frac.md §4.3): which
 /// partials belong to which accelerator, and what a slot must answer as after a load.
 pub fn shell_units(root: &Path) -> BTreeMap<u8, String> {
@@ -303,6 +400,10 @@ impl<'a> PinnedSource<'a> {
             ),
             _ if self.images.source == ImageSourceKind::Emulated => {
                 "the emulated build chain".to_owned()
+            }
+            _ if self.images.source == ImageSourceKind::Vivado => {
+                "the real build (vitis_hls, spinhdl weave, spinhdl spin) run by this pipeline"
+                    .to_owned()
             }
             _ => "the run's --bitstream/--partials files".to_owned(),
         }

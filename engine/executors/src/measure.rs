@@ -920,7 +920,7 @@ pub struct PlannedStep {
 }
 
 /// The artifact's estimate of programming and link-up (`PROGRAM_SECONDS`), and of one slot load with its
-/// check, 2 s (docs/frac.md §6.1); a server start is estimated at 15 s (`SERVER_SECONDS`).
+/// check, 2 s (docs/frac.md §6.1); a server started over ssh is estimated at 15 s (`SERVER_SECONDS`).
 const PROGRAM_SECONDS: f64 = 70.0;
 const LOAD_SECONDS: f64 = 2.0;
 const SERVER_SECONDS: f64 = 15.0;
@@ -946,11 +946,15 @@ pub fn planned_steps(
     let mut steps = Vec::new();
     let located = |name: &str| {
         let file = name.rsplit('/').next().unwrap_or(name);
-        pinned.get(file).map(|(output, sha, size)| {
-            let path = session
-                .pinned_source(sha)
-                .map_or_else(|| output.clone(), |p| p.display().to_string());
-            (path, sha.clone(), *size)
+        Some(match pinned.get(file) {
+            Some((output, sha, size)) => {
+                let path = session
+                    .pinned_source(sha)
+                    .map_or_else(|| output.clone(), |p| p.display().to_string());
+                (path, sha.clone(), Some(*size))
+            }
+            // Built by this run (the vivado source): its bytes are not known before it runs.
+            None => (format!("{name} (built by this run)"), name.to_owned(), None),
         })
     };
     let addr = profile.device.addr.clone().unwrap_or_default();
@@ -996,8 +1000,14 @@ pub fn planned_steps(
             continue;
         }
         device.slots.insert(slot, sha);
-        let writes = size.div_ceil(4) * 4;
-        let writes = writes.div_ceil(DEFAULT_CHUNK_BYTES);
+        let writes = size.map_or_else(
+            || "size / 256".to_owned(),
+            |size| {
+                (size.div_ceil(4) * 4)
+                    .div_ceil(DEFAULT_CHUNK_BYTES)
+                    .to_string()
+            },
+        );
         let unit = session
             .unit_of_partial(name)
             .map_or_else(|| "its unit".to_owned(), |u| u.to_owned());
@@ -1010,17 +1020,22 @@ pub fn planned_steps(
         });
     }
     if let Some(server) = &config.server {
-        let command = match &profile.server {
-            Some(remote) => format!(
-                "ssh -o BatchMode=yes {} {} cpu-server -n {} --listen {}:{}  # stopped by its pid after the point",
-                remote.host, remote.fracflow, server.cores.0, remote.addr, remote.port
+        // Only a server over ssh takes the artifact's start-up time; a local one starts in-process.
+        let (command, seconds) = match &profile.server {
+            Some(remote) => (
+                format!(
+                    "ssh -o BatchMode=yes {} {} cpu-server --listen {}:{} -n {} --token fracflow-<run>-<pid>-<n>  \
+                     # waited for over TCP, stopped by its pid after the point",
+                    remote.host, remote.fracflow, remote.addr, remote.port, server.cores.0
+                ),
+                SERVER_SECONDS,
             ),
-            None => format!("fracflow cpu-server -n {} on this host", server.cores.0),
+            None => (
+                format!("fracflow cpu-server -n {} on this host", server.cores.0),
+                0.0,
+            ),
         };
-        steps.push(PlannedStep {
-            command,
-            seconds: SERVER_SECONDS,
-        });
+        steps.push(PlannedStep { command, seconds });
     }
     if profile.measures_with_fperf() {
         let target = match (&config.server, &profile.server) {
