@@ -56,10 +56,23 @@ pub(crate) fn pinned_fixture_artifact(sandbox: &Sandbox) -> PathBuf {
         let icap = entry.path().join("icap");
         for partial in std::fs::read_dir(&icap).into_iter().flatten().flatten() {
             let container = std::fs::read(partial.path()).expect("partial");
-            frame_bin(
-                &container,
-                &example.join("frac/icap").join(partial.file_name()),
-            );
+            let name = partial.file_name().to_string_lossy().into_owned();
+            let to = example.join("frac/icap").join(&name);
+            frame_bin(&container, &to);
+            // The artifact's partial sizes (docs/frac.md §3); the board double reads the design at the start of
+            // the configuration data and takes the zero fill after it for frames.
+            let size = match name.get(..3) {
+                Some("c02") if name.contains("_f20") => 10_186_124,
+                Some("c02") => 6_161_880,
+                Some("c01") => 3_147_444,
+                Some("c03") => 3_189_860,
+                _ => 3_139_996,
+            };
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&to)
+                .expect("open");
+            file.set_len(size).expect("a real partial's size");
         }
     }
     std::fs::write(example.join("RUN"), FIXTURE_RUN).expect("RUN");
@@ -71,9 +84,10 @@ pub(crate) fn pinned_fixture_artifact(sandbox: &Sandbox) -> PathBuf {
 /// The partial `name` re-made as if by another build of the design (another build id): the board takes it,
 /// reports success, and leaves the slot as it was.
 fn partial_of_another_build(example: &Path, name: &str, to: &Path) {
+    use fracflow_emulator::image::{Fidelity, container_of};
     let framed = std::fs::read(example.join("frac/icap").join(name)).expect("partial");
-    let at = fracflow_proto::bitstream::find_sync_word(&framed).expect("sync word") + 4;
-    let mut partial = fracflow_emulator::PartialImage::decode(&framed[at..]).expect("container");
+    let container = container_of(&framed, Fidelity::BoardDouble, "partial").expect("framed");
+    let mut partial = fracflow_emulator::PartialImage::decode(container).expect("container");
     partial.build_id = fracflow_emulator::BuildId::of(b"another build of the static shell");
     frame_bin(&partial.encode(), &to.join(name));
 }
@@ -309,6 +323,17 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
         )
     })
     .expect("the fRAC point was measured");
+    // What loading a real-size partial over the controller took (the note's figure; doubles, not a board).
+    for action in &summary.device {
+        eprintln!("board double: {} {}", action.action, action.file);
+    }
+    assert!(
+        summary.device.iter().any(|a| a
+            .action
+            .starts_with("load slot 0 (12266 WRITE_HBM of 256 B in")),
+        "a 3 139 996-byte partial is 12 266 uploads of 256 bytes: {:?}",
+        summary.device
+    );
     assert_eq!(summary.source.testbed_kind, "doubles");
     assert_eq!(summary.source.target, "172.24.1.52:2888");
     assert!(

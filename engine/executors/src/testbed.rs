@@ -543,9 +543,14 @@ impl Session {
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                load_slot(addr, *slot, partial)?;
+                let report = load_slot(addr, *slot, partial)?;
                 actions.push(DeviceAction {
-                    action: format!("load slot {slot}"),
+                    action: format!(
+                        "load slot {slot} ({} WRITE_HBM of {DEFAULT_CHUNK_SIZE} B in {:.1} ms, RECONF_ICAP {:.1} ms)",
+                        report.writes,
+                        report.upload.as_secs_f64() * 1e3,
+                        report.reconf.as_secs_f64() * 1e3
+                    ),
                     file: file_name(partial),
                     sha: sha.clone(),
                 });
@@ -663,9 +668,12 @@ impl Drop for Session {
     }
 }
 
-fn load_slot(addr: SocketAddr, slot: u8, partial: &Path) -> Result<(), NodeError> {
+fn load_slot(
+    addr: SocketAddr,
+    slot: u8,
+    partial: &Path,
+) -> Result<fracflow_emulator::LoadReport, NodeError> {
     fracflow_emulator::load_partial(addr, slot, partial, DEFAULT_CHUNK_SIZE, DEFAULT_HBM_ADDR)
-        .map(|_| ())
         .map_err(|e| {
             NodeError::permanent(format!(
                 "loading {} into slot {slot} of {addr}: {e}",
