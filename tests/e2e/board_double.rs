@@ -231,6 +231,18 @@ fn manifest_sha(sandbox: &Sandbox, path: &str) -> String {
 fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_after_every_load() {
     let sandbox = crate::figures::figures_project();
     let example = pinned_fixture_artifact(&sandbox);
+    // The emulated device itself refuses a real bitstream, by name.
+    let (emulated_device, addr) = crate::fpga::serve(&sandbox);
+    let _emulated_device = crate::fpga::Stop(emulated_device);
+    let image = example.join("frac/jtag/frac.bit");
+    let image_arg = image.display().to_string();
+    let refused = sandbox.run(&["device", "program", "--addr", &addr, &image_arg]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("is a real Xilinx bitstream (a .bit of design `frac_top"),
+        "{}",
+        text(&refused)
+    );
     let (namespace, nic) = Namespace::create("bd", 9000);
     let _device = board_double(&sandbox, &namespace, &nic);
     let smoke = [
@@ -282,7 +294,6 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     let plan = sandbox.run(&args);
     let shown = text(&plan);
     assert!(plan.status.success(), "{shown}");
-    let image = example.join("frac/jtag/frac.bit");
     let program = format!("scripts/programfpga.sh {}", image.display());
     let load = format!(
         "load slot 0: {}",
