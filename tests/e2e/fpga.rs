@@ -81,6 +81,21 @@ pub(crate) fn serve(sandbox: &Sandbox) -> (Child, String) {
     start_server(sandbox, &["device", "serve", "--listen", "127.0.0.1:0"])
 }
 
+/// The same device as a board double (`--board-double`): it takes the Xilinx-framed fixtures of
+/// `board_double::pinned_fixture_artifact` and, like the board, ignores a partial of another build.
+pub(crate) fn serve_board_double(sandbox: &Sandbox) -> (Child, String) {
+    start_server(
+        sandbox,
+        &[
+            "device",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--board-double",
+        ],
+    )
+}
+
 pub(crate) struct Stop(pub(crate) Child);
 impl Drop for Stop {
     fn drop(&mut self) {

@@ -4,6 +4,7 @@ mod support;
 
 mod bad_config;
 mod bitstreams;
+mod board_double;
 mod demo;
 mod device_check;
 mod figures;

@@ -129,19 +129,20 @@ fn the_emulated_testbed_needs_only_a_compiler() {
     );
 }
 
-/// A "board" that is the emulated device behind a real-testbed profile: the fake `programfpga.sh` records its
-/// arguments and environment, then programs the device over its management channel, so the slot loads and the
-/// measurement that follow are real.
+/// A "board" that is the emulated device (as a board double, with the pinned Xilinx-framed fixture images)
+/// behind a real-testbed profile: the fake `programfpga.sh` records its arguments and environment, then
+/// programs the device over its management channel, so the slot loads and the measurement that follow are real.
 pub(crate) fn board_project(
     ready_timeout_s: u32,
     ping_body: &str,
 ) -> (Sandbox, crate::fpga::Stop, String) {
     let sandbox = crate::figures::figures_project();
-    let (child, addr) = crate::fpga::serve(&sandbox);
+    crate::board_double::pinned_fixture_artifact(&sandbox);
+    let (child, addr) = crate::fpga::serve_board_double(&sandbox);
     sandbox.write(
         "hw/testbeds/board.yaml",
         &format!(
-            "kind: real\ndescription: the emulated device behind fake board tools\ndevice:\n  addr: \"{addr}\"\nboard:\n  jtag: localhost:3121/xilinx_tcf/Xilinx/123\n  vivado_root: /opt/vivado\n  programfpga: scripts/programfpga.sh\n  nic: fake0\n  settle_s: 0\n  ready_timeout_s: {ready_timeout_s}\nsudo: \"\"\n"
+            "kind: real\ndescription: the emulated device behind fake board tools\ndevice:\n  addr: \"{addr}\"\nboard:\n  jtag: localhost:3121/xilinx_tcf/Xilinx/123\n  vivado_root: /opt/vivado\n  programfpga: scripts/programfpga.sh\n  nic: fake0\n  settle_s: 0\n  ready_timeout_s: {ready_timeout_s}\nsudo: \"\"\nimages:\n  source: prebuilt\n  artifact: artifact/example\n"
         ),
     );
     fake(

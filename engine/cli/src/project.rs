@@ -1,13 +1,14 @@
 //! Finding the project, the pipeline a name refers to, and the cache and lock directories; opening the
 //! project (cache, testbed, kinds) and loading the selected pipeline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fracflow_core::graph::NodeIndex;
 use fracflow_core::{Cache, Engine, StatCache};
 use fracflow_executors::Registry;
+use fracflow_executors::images::ImageChoice;
 use fracflow_executors::testbed::{Session, TestbedProfile};
 use fracflow_loader::{LoadOptions, Loaded};
 
@@ -176,6 +177,8 @@ pub struct Testbed {
     pub name: String,
     pub profile: TestbedProfile,
     pub session: Arc<Session>,
+    /// What the image source chose for the loaded pipeline (set by `Project::load`).
+    images: std::sync::Mutex<Option<ImageChoice>>,
 }
 
 impl Testbed {
@@ -186,12 +189,26 @@ impl Testbed {
             name: name.to_owned(),
             session: Arc::new(Session::new(name, profile.clone())),
             profile,
+            images: std::sync::Mutex::new(None),
         })
     }
 
-    /// The testbed fields that enter the keys of nodes touching the device.
+    /// The image source's choice for the loaded pipeline: what `plan` shows and the manifest records.
+    pub fn images(&self) -> Option<ImageChoice> {
+        self.images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The testbed fields that enter the keys of nodes touching the device. A board taken as programmed
+    /// (`--no-program`) may hold anything: its measurements are not those of a programmed one.
     pub fn fingerprint_fields(&self) -> BTreeMap<String, serde_json::Value> {
-        fracflow_executors::testbed::fingerprint_fields(&self.name, &self.profile)
+        let mut fields = fracflow_executors::testbed::fingerprint_fields(&self.name, &self.profile);
+        if self.images().is_some_and(|c| c.no_program) {
+            fields.insert("programmed".to_owned(), serde_json::json!(false));
+        }
+        fields
     }
 
     /// The profile as used, for the manifest: kind, adaptation and the params it lowered.
@@ -202,6 +219,7 @@ impl Testbed {
             "adapt": self.profile.adapt,
             "client_threads": self.profile.adapt.client_threads(),
             "lowered_params": adapted,
+            "images": self.images(),
         })
     }
 
@@ -287,10 +305,58 @@ impl Project {
             caps,
             overrides,
         };
-        let loaded = fracflow_loader::load(&selection.file, &options, &self.kinds)?;
-        let targets = target_nodes(&loaded, selection.target.as_deref())?;
+        let mut loaded = fracflow_loader::load(&selection.file, &options, &self.kinds)?;
+        let mut targets = target_nodes(&loaded, selection.target.as_deref())?;
+        if let Some(testbed) = &self.testbed {
+            let needed: BTreeSet<String> = loaded
+                .graph
+                .closure(&targets)
+                .into_iter()
+                .map(|index| loaded.graph.spec(index).id.to_string())
+                .collect();
+            let choice = fracflow_executors::images::apply(
+                &self.root,
+                &testbed.name,
+                testbed.profile.kind,
+                &testbed.profile.images(),
+                &select.images.overrides()?,
+                &mut loaded.pipeline,
+                &needed,
+                Some(&testbed.session),
+            )
+            .map_err(|refusals| refused_images(&testbed.name, &refusals))?;
+            loaded.graph =
+                fracflow_core::Graph::build(loaded.pipeline.nodes.clone()).map_err(|e| {
+                    Error::internal(
+                        "rebuilding the graph with the pinned images",
+                        format!("{e:?}"),
+                    )
+                })?;
+            targets = target_nodes(&loaded, selection.target.as_deref())?;
+            *testbed.images.lock().unwrap_or_else(|e| e.into_inner()) = Some(choice);
+        }
         Ok((loaded, targets))
     }
+}
+
+/// Every image the testbed must not get, at once, before anything runs (exit 2).
+fn refused_images(testbed: &str, refusals: &[String]) -> Error {
+    let mut message = format!(
+        "testbed `{testbed}`: {} refused before anything runs:",
+        if refusals.len() == 1 {
+            "an image is"
+        } else {
+            "images are"
+        }
+    );
+    for refusal in refusals {
+        message.push_str("\n  - ");
+        message.push_str(refusal);
+    }
+    Error::bad_input_with_hint(
+        message,
+        "a board gets only real Xilinx bitstreams whose sha256 is pinned in bitstreams/ (docs/frac.md §4.2)",
+    )
 }
 
 /// The node indices a target names, or every node.

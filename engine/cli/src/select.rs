@@ -30,6 +30,51 @@ pub struct Select {
     /// Run these nodes even when cached (node id or glob; repeatable).
     #[arg(long, value_name = "GLOB", value_parser = parse_rerun)]
     pub rerun: Vec<String>,
+    #[command(flatten)]
+    pub images: ImageFlags,
+}
+
+/// The artifact's image flags (docs/frac.md §6.1): what a real testbed programs and loads in this run. The
+/// files' hashes enter the measurements' keys, never their paths.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ImageFlags {
+    /// Program this full image instead of the source's: `frac=FILE` or `bypass=FILE` (repeatable).
+    #[arg(long = "bitstream", value_name = "NAME=FILE")]
+    pub bitstream: Vec<String>,
+    /// Load the `cXX_fYY.bin` partials of DIR instead of the source's: `frac=DIR`.
+    #[arg(long = "partials", value_name = "NAME=DIR")]
+    pub partials: Vec<String>,
+    /// The board already holds the image: do not program it (slots are still loaded and checked).
+    #[arg(long)]
+    pub no_program: bool,
+    /// Where the pinned images' artifact folder is on this machine (default: the profile's, else the one
+    /// recorded at import).
+    #[arg(long, value_name = "DIR")]
+    pub artifact: Option<std::path::PathBuf>,
+}
+
+impl ImageFlags {
+    pub fn overrides(&self) -> Result<fracflow_executors::images::ImageOverrides> {
+        let pairs = |flag: &str, list: &[String]| -> Result<BTreeMap<String, std::path::PathBuf>> {
+            list.iter()
+                .map(|text| match text.split_once('=') {
+                    Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                        Ok((name.to_owned(), std::path::PathBuf::from(path)))
+                    }
+                    _ => Err(Error::bad_input_with_hint(
+                        format!("--{flag} {text}: expected NAME=PATH"),
+                        format!("e.g. --{flag} frac=…"),
+                    )),
+                })
+                .collect()
+        };
+        Ok(fracflow_executors::images::ImageOverrides {
+            bitstreams: pairs("bitstream", &self.bitstream)?,
+            partials: pairs("partials", &self.partials)?,
+            no_program: self.no_program,
+            artifact: self.artifact.clone(),
+        })
+    }
 }
 
 impl Select {
@@ -43,6 +88,7 @@ impl Select {
             set: Vec::new(),
             testbed: testbed.to_owned(),
             rerun: Vec::new(),
+            images: ImageFlags::default(),
         }
     }
 

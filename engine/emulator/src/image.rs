@@ -95,6 +95,17 @@ pub enum ImageError {
         /// The bytes found.
         found: Vec<u8>,
     },
+    /// A real Xilinx bitstream where the emulated device expects its own container.
+    #[error(
+        "{what} is a real Xilinx bitstream ({detail}): the emulated device runs only the images the emulated flow \
+         builds (FRACFULL/FRACPART); a real bitstream belongs on a board (a `real` testbed profile)"
+    )]
+    RealBitstream { what: &'static str, detail: String },
+    /// A Xilinx bitstream given to the board double that does not wrap an emulated container.
+    #[error(
+        "{what} is a Xilinx bitstream without an emulated design inside: the board double computes only test fixtures that wrap one"
+    )]
+    NothingInside { what: &'static str },
     /// A format version this crate does not know.
     #[error("{what} format version {version} is not supported (expected {expected})")]
     Version {
@@ -647,6 +658,23 @@ fn check_cells(
     Ok(())
 }
 
+/// The length of the partial container at the start of `bytes` (header, plugin, checksum), from its
+/// plugin length field; `None` when it is not one or is cut short.
+fn partial_len(bytes: &[u8]) -> Option<usize> {
+    if bytes.get(..8)? != PARTIAL_MAGIC {
+        return None;
+    }
+    let field: [u8; 8] = bytes
+        .get(PARTIAL_HEADER_LEN - 8..PARTIAL_HEADER_LEN)?
+        .try_into()
+        .ok()?;
+    let plugin = usize::try_from(u64::from_le_bytes(field)).ok()?;
+    let len = PARTIAL_HEADER_LEN
+        .checked_add(plugin)?
+        .checked_add(CHECKSUM_LEN)?;
+    (len <= bytes.len()).then_some(len)
+}
+
 /// Tells a full image from a partial by its magic.
 #[must_use]
 pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
@@ -654,6 +682,65 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
         Some(m) if m == PARTIAL_MAGIC => Some("partial"),
         Some(m) if m == FULL_MAGIC => Some("full image"),
         _ => None,
+    }
+}
+
+/// How the device treats a real Xilinx bitstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fidelity {
+    /// The emulated device: only its own containers; a real bitstream is refused by name.
+    #[default]
+    Emulated,
+    /// A stand-in for the board in tests: it takes Xilinx-framed files (a `.bit` header, or the `.bin` sync word)
+    /// whose configuration data is an emulated container, and, like the board, answers success to a partial of
+    /// another build and leaves the slot as it was (docs/frac.md §3).
+    BoardDouble,
+}
+
+/// The emulated container in `bytes`: the bytes themselves when they are one; for a board double, the
+/// configuration data of a Xilinx-framed fixture. Anything else is handed on for the decoder to name.
+pub fn container_of<'a>(
+    bytes: &'a [u8],
+    fidelity: Fidelity,
+    what: &'static str,
+) -> Result<&'a [u8], ImageError> {
+    use fracflow_proto::bitstream::{BitstreamKind, SYNC_WORD, classify};
+    match (classify(bytes), fidelity) {
+        (BitstreamKind::XilinxBit(header), Fidelity::Emulated) => Err(ImageError::RealBitstream {
+            what,
+            detail: format!(
+                "a .bit of design `{}` for part `{}`",
+                header.design, header.part
+            ),
+        }),
+        (BitstreamKind::XilinxBin { sync_offset }, Fidelity::Emulated) => {
+            Err(ImageError::RealBitstream {
+                what,
+                detail: format!("a raw .bin with the sync word at byte {sync_offset}"),
+            })
+        }
+        (BitstreamKind::XilinxBit(header), Fidelity::BoardDouble) => {
+            let length = usize::try_from(header.data_length).unwrap_or(usize::MAX);
+            let data = bytes
+                .len()
+                .checked_sub(length)
+                .map(|start| &bytes[start..])
+                .ok_or(ImageError::NothingInside { what })?;
+            sniff(data)
+                .map(|_| data)
+                .ok_or(ImageError::NothingInside { what })
+        }
+        (BitstreamKind::XilinxBin { sync_offset }, Fidelity::BoardDouble) => {
+            let data = &bytes[sync_offset + SYNC_WORD.len()..];
+            sniff(data).ok_or(ImageError::NothingInside { what })?;
+            // Zero fill after a partial stands in for the frames of a real one, so a fixture can have a real
+            // partial's size (about 3 MB, docs/frac.md §3) and its upload the real number of round trips.
+            Ok(match partial_len(data) {
+                Some(len) if data[len..].iter().all(|&b| b == 0) => &data[..len],
+                _ => data,
+            })
+        }
+        _ => Ok(bytes),
     }
 }
 
@@ -705,6 +792,62 @@ mod tests {
         assert!(matches!(
             PartialImage::decode(&dirty),
             Err(ImageError::TrailingBytes { .. })
+        ));
+    }
+
+    #[test]
+    fn a_real_bitstream_is_refused_by_name_and_a_board_double_finds_the_design_inside() {
+        use fracflow_proto::bitstream::{make_bin_file, make_bit_file};
+        let container = partial().encode();
+        let bit = make_bit_file(
+            "frac_top",
+            "xcu280-fsvh2892-2L-e",
+            "2026/10/03",
+            "12:00:00",
+            &container,
+        );
+        let bin = make_bin_file(&container);
+        let refused =
+            container_of(&bit, Fidelity::Emulated, "the image").map_err(|e| e.to_string());
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("real Xilinx bitstream")
+                    && e.contains("frac_top")
+                    && e.contains("xcu280")),
+            "{refused:?}"
+        );
+        assert!(container_of(&bin, Fidelity::Emulated, "the partial").is_err());
+        assert_eq!(
+            container_of(&bit, Fidelity::BoardDouble, "x"),
+            Ok(&container[..])
+        );
+        assert_eq!(
+            container_of(&bin, Fidelity::BoardDouble, "x"),
+            Ok(&container[..])
+        );
+        let mut real_size = bin.clone();
+        real_size.resize(3_139_996, 0);
+        assert_eq!(
+            container_of(&real_size, Fidelity::BoardDouble, "x"),
+            Ok(&container[..]),
+            "zero fill after the partial stands in for frames"
+        );
+        let mut dirty_fill = real_size;
+        dirty_fill[3_000_000] = 1;
+        assert!(
+            container_of(&dirty_fill, Fidelity::BoardDouble, "x")
+                .is_ok_and(|c| c.len() > container.len()),
+            "anything but zero fill is left for the decoder to refuse"
+        );
+        assert_eq!(
+            container_of(&container, Fidelity::Emulated, "x"),
+            Ok(&container[..])
+        );
+        let empty_bit = make_bit_file("frac_top", "xcu280", "d", "t", &[0x20; 64]);
+        assert!(matches!(
+            container_of(&empty_bit, Fidelity::BoardDouble, "the image"),
+            Err(ImageError::NothingInside { .. })
         ));
     }
 

@@ -8,6 +8,7 @@ pub mod fperf;
 #[cfg(test)]
 mod fperf_adapter_tests;
 pub mod fpga;
+pub mod images;
 pub mod measure;
 pub mod process;
 pub mod remote;
@@ -52,6 +53,12 @@ impl Registry {
         kinds.insert("weave", Box::new(fpga::WeaveKind::default()));
         kinds.insert("partials", Box::new(fpga::PartialsKind));
         kinds.insert("image", Box::new(fpga::ImageKind));
+        kinds.insert(
+            "prebuilt",
+            Box::new(images::PrebuiltKind {
+                session: session.clone(),
+            }),
+        );
         kinds.insert("program", Box::new(fpga::ProgramKind));
         kinds.insert("load", Box::new(fpga::LoadKind));
         kinds.insert(
@@ -225,6 +232,6 @@ mod tests {
             .unwrap_or_default();
         let registered: Vec<&str> = registry.names().collect();
         assert_eq!(offered, registered);
-        assert_eq!(registered.len(), 12, "{registered:?}");
+        assert_eq!(registered.len(), 13, "{registered:?}");
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fracflow_client::{
@@ -689,36 +689,11 @@ impl MeasureKind {
         }
         session.ensure_root()?;
         let profile = session.profile();
-        let (host, port) = (target.ip().to_string(), target.port());
+        let host = target.ip().to_string();
         let board_nic = profile.board.as_ref().map_or("", |b| b.nic.as_str());
         let nic = crate::testbed::client_nic(board_nic, &host).map_err(|e| node_error(spec, e))?;
-        // fperf's own flags: the embedded client's `--skip` becomes the adapter's warm-up cut.
-        let members = config.fperf_members().map_err(|e| node_error(spec, e))?;
-        let together = members.len() > 1;
-        let mut invocations = Vec::with_capacity(members.len());
-        let mut next_cpu = client.start_cpu as usize;
-        for (index, args) in members.iter().enumerate() {
-            let mut inv = crate::fperf::FperfInvocation::new(
-                client.tpa.clone().unwrap_or_else(|| "tpa".to_owned()),
-                client.fperf.clone().unwrap_or_default(),
-                &nic,
-                &host,
-                port,
-                args.clone(),
-            );
-            inv.sudo = crate::sudo::words(&profile.sudo);
-            if together {
-                inv.tpa_id = format!("client{index}");
-            }
-            if let Some(cfg) = &client.tpa_cfg {
-                inv.tpa_cfg = cfg.clone();
-            }
-            inv.start_cpu = next_cpu;
-            inv.trace = trace.cloned();
-            inv.skip_s = config.skip_s.map_or(0, |Whole(skip)| skip);
-            next_cpu += inv.threads().map_err(|e| node_error(spec, e))? as usize;
-            invocations.push(inv);
-        }
+        let invocations = fperf_invocations(config, client, profile, &nic, target, trace)
+            .map_err(|e| node_error(spec, e))?;
         let results: Vec<Result<crate::fperf::FperfResult, String>> = std::thread::scope(|scope| {
             let handles: Vec<_> = invocations
                 .iter()
@@ -888,3 +863,220 @@ impl MeasureKind {
 fn node_error(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
     NodeError::permanent(format!("node `{}`: {what}", spec.id))
 }
+
+/// Each member's fperf invocation as the artifact runs them: its own `TPA_ID` and cores each when several run
+/// together, under the profile's sudo (docs/frac.md §6.1). The embedded client's `--skip` becomes the
+/// adapter's warm-up cut.
+fn fperf_invocations(
+    config: &MeasureConfig,
+    client: &crate::testbed::ClientProfile,
+    profile: &crate::testbed::TestbedProfile,
+    nic: &str,
+    target: SocketAddr,
+    trace: Option<&PathBuf>,
+) -> Result<Vec<crate::fperf::FperfInvocation>, String> {
+    let (host, port) = (target.ip().to_string(), target.port());
+    let members = config.fperf_members()?;
+    let together = members.len() > 1;
+    let mut invocations = Vec::with_capacity(members.len());
+    let mut next_cpu = client.start_cpu as usize;
+    for (index, args) in members.iter().enumerate() {
+        let mut inv = crate::fperf::FperfInvocation::new(
+            client.tpa.clone().unwrap_or_else(|| "tpa".to_owned()),
+            client.fperf.clone().unwrap_or_default(),
+            nic,
+            &host,
+            port,
+            args.clone(),
+        );
+        inv.sudo = crate::sudo::words(&profile.sudo);
+        if together {
+            inv.tpa_id = format!("client{index}");
+        }
+        if let Some(cfg) = &client.tpa_cfg {
+            inv.tpa_cfg = cfg.clone();
+        }
+        inv.start_cpu = next_cpu;
+        inv.trace = trace.cloned();
+        inv.skip_s = config.skip_s.map_or(0, |Whole(skip)| skip);
+        next_cpu += inv.threads().map_err(|e| e.to_string())? as usize;
+        invocations.push(inv);
+    }
+    Ok(invocations)
+}
+
+/// What the device holds as `plan` walks the nodes in order: the session's state, predicted.
+#[derive(Debug, Default)]
+pub struct PlannedDevice {
+    image: Option<String>,
+    slots: BTreeMap<u8, String>,
+}
+
+/// One command of a real testbed's session, as `plan` shows it, with its estimate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedStep {
+    pub command: String,
+    pub seconds: f64,
+}
+
+/// The artifact's estimate of programming and link-up (`PROGRAM_SECONDS`), and of one slot load with its
+/// check, 2 s (docs/frac.md §6.1); a server started over ssh is estimated at 15 s (`SERVER_SECONDS`).
+const PROGRAM_SECONDS: f64 = 70.0;
+const LOAD_SECONDS: f64 = 2.0;
+const SERVER_SECONDS: f64 = 15.0;
+
+/// The session's commands for `spec` on a real or doubles testbed, in order: programming with the exact
+/// image, each slot load with its round trips and check, the CPU server over ssh, the real fperf command
+/// lines. `pinned` maps each pinned file's name to its output path, sha256 and size (the `prebuilt` nodes'
+/// configs); `device` advances as the session would.
+pub fn planned_steps(
+    spec: &NodeSpec,
+    session: &Session,
+    pinned: &BTreeMap<String, (String, String, u64)>,
+    device: &mut PlannedDevice,
+) -> Vec<PlannedStep> {
+    let Ok(config) = config(spec) else {
+        return Vec::new();
+    };
+    let profile = session.profile();
+    let board = profile
+        .board
+        .clone()
+        .unwrap_or_else(crate::testbed::default_board);
+    let mut steps = Vec::new();
+    let located = |name: &str| {
+        let file = name.rsplit('/').next().unwrap_or(name);
+        Some(match pinned.get(file) {
+            Some((output, sha, size)) => {
+                let path = session
+                    .pinned_source(sha)
+                    .map_or_else(|| output.clone(), |p| p.display().to_string());
+                (path, sha.clone(), Some(*size))
+            }
+            // Built by this run (the vivado source): its bytes are not known before it runs.
+            None => (format!("{name} (built by this run)"), name.to_owned(), None),
+        })
+    };
+    let addr = profile.device.addr.clone().unwrap_or_default();
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr.as_str(), |(h, _)| h)
+        .to_owned();
+    if let Some((path, sha, _)) = config.image.as_deref().and_then(located)
+        && device.image.as_deref() != Some(sha.as_str())
+    {
+        device.image = Some(sha);
+        device.slots.clear();
+        if session.no_program() {
+            steps.push(PlannedStep {
+                command: format!("# --no-program: the board is taken to hold {path}"),
+                seconds: 0.0,
+            });
+        } else {
+            let root = if board.vivado_root.is_empty() {
+                String::new()
+            } else {
+                format!("VIVADO_ROOT={} ", board.vivado_root)
+            };
+            let target = if board.jtag.is_empty() {
+                String::new()
+            } else {
+                format!("HW_TARGET={} ", board.jtag)
+            };
+            steps.push(PlannedStep {
+                command: format!(
+                    "{root}{target}{} {path}  # then ping {host} every 2 s (≤ {} s), settle {} s",
+                    board.programfpga, board.ready_timeout_s, board.settle_s
+                ),
+                seconds: PROGRAM_SECONDS + board.settle_s,
+            });
+        }
+    }
+    for (slot, name) in &config.slots {
+        let (Ok(slot), Some((path, sha, size))) = (slot.parse::<u8>(), located(name)) else {
+            continue;
+        };
+        if device.slots.get(&slot) == Some(&sha) {
+            continue;
+        }
+        device.slots.insert(slot, sha);
+        let writes = size.map_or_else(
+            || "size / 256".to_owned(),
+            |size| {
+                (size.div_ceil(4) * 4)
+                    .div_ceil(DEFAULT_CHUNK_BYTES)
+                    .to_string()
+            },
+        );
+        let unit = session
+            .unit_of_partial(name)
+            .map_or_else(|| "its unit".to_owned(), |u| u.to_owned());
+        steps.push(PlannedStep {
+            command: format!(
+                "load slot {slot}: {path} ({writes} WRITE_HBM round trips of {DEFAULT_CHUNK_BYTES} B at HBM \
+                 0x10004000, RECONF_ICAP, QUERY_STATUS), then check it answers as {unit}"
+            ),
+            seconds: LOAD_SECONDS,
+        });
+    }
+    if let Some(server) = &config.server {
+        // Only a server over ssh takes the artifact's start-up time; a local one starts in-process.
+        let (command, seconds) = match &profile.server {
+            Some(remote) => (
+                format!(
+                    "ssh -o BatchMode=yes {} {} cpu-server --listen {}:{} -n {} --token fracflow-<run>-<pid>-<n>  \
+                     # waited for over TCP, stopped by its pid after the point",
+                    remote.host, remote.fracflow, remote.addr, remote.port, server.cores.0
+                ),
+                SERVER_SECONDS,
+            ),
+            None => (
+                format!("fracflow cpu-server -n {} on this host", server.cores.0),
+                0.0,
+            ),
+        };
+        steps.push(PlannedStep { command, seconds });
+    }
+    if profile.measures_with_fperf() {
+        let target = match (&config.server, &profile.server) {
+            (Some(_), Some(remote)) => format!("{}:{}", remote.addr, remote.port),
+            _ => addr.clone(),
+        };
+        let nic = if board.nic.is_empty() {
+            "<NIC of the route to the board>".to_owned()
+        } else {
+            board.nic.clone()
+        };
+        let parsed = target.parse::<SocketAddr>();
+        let trace = config.trace.as_ref().map(|_| PathBuf::from("trace.csv"));
+        match parsed.map_err(|e| e.to_string()).and_then(|target| {
+            fperf_invocations(
+                &config,
+                &profile.client,
+                profile,
+                &nic,
+                target,
+                trace.as_ref(),
+            )
+        }) {
+            Ok(invocations) => {
+                for inv in invocations {
+                    if let Ok(command) = inv.command(Path::new("<latency dir>")) {
+                        steps.push(PlannedStep {
+                            command: command.argv().join(" "),
+                            seconds: 0.0,
+                        });
+                    }
+                }
+            }
+            Err(why) => steps.push(PlannedStep {
+                command: format!("# fperf: {why}"),
+                seconds: 0.0,
+            }),
+        }
+    }
+    steps
+}
+
+/// `reconfslots`' chunk: 256 bytes per WRITE_HBM (docs/frac.md §3).
+const DEFAULT_CHUNK_BYTES: u64 = 256;

@@ -42,9 +42,20 @@ pub struct TestbedProfile {
     /// Seconds between `sudo -n -v` refreshes while a run uses this testbed (the artifact's 60).
     #[serde(default = "default_sudo_refresh")]
     pub sudo_refresh_s: f64,
+    /// Where the fRAC images come from (absent: the emulated build chain on an emulated testbed, the
+    /// artifact's images pinned in `bitstreams/frac-example.yaml` elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<crate::images::ImagesProfile>,
 }
 
 impl TestbedProfile {
+    /// The image source as it applies: the profile's, or its kind's default.
+    pub fn images(&self) -> crate::images::ImagesProfile {
+        self.images
+            .clone()
+            .unwrap_or_else(|| crate::images::ImagesProfile::default_for(self.kind))
+    }
+
     /// Measurements use the real fperf: a real (or doubles) testbed whose profile names it. An emulated testbed
     /// always measures with the embedded client.
     pub fn measures_with_fperf(&self) -> bool {
@@ -86,7 +97,7 @@ pub struct BoardProfile {
 }
 
 /// A board section with every default: the artifact's script, no JTAG target, NIC from the route.
-fn default_board() -> BoardProfile {
+pub fn default_board() -> BoardProfile {
     BoardProfile {
         jtag: String::new(),
         vivado_root: String::new(),
@@ -378,6 +389,16 @@ pub struct Session {
     device: Mutex<DeviceHold>,
     /// Root for the board's tools, asked for on first need and kept fresh until the session ends.
     root: Mutex<Option<crate::sudo::SudoKeeper>>,
+    /// What the run's image source pinned: where each file is, by sha256 (never part of a key), which unit
+    /// each RM id is (what a slot must answer as after a load), and whether the board is programmed at all.
+    pinned: Mutex<Pinning>,
+}
+
+#[derive(Debug, Default)]
+struct Pinning {
+    sources: BTreeMap<String, PathBuf>,
+    units: BTreeMap<u8, String>,
+    no_program: bool,
 }
 
 #[derive(Debug, Default)]
@@ -395,7 +416,43 @@ impl Session {
             profile,
             device: Mutex::new(DeviceHold::default()),
             root: Mutex::new(None),
+            pinned: Mutex::new(Pinning::default()),
         }
+    }
+
+    fn pinning(&self) -> std::sync::MutexGuard<'_, Pinning> {
+        self.pinned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records where the pinned file with this sha256 is on this machine.
+    pub fn pin_source(&self, sha256: &str, path: &Path) {
+        self.pinning()
+            .sources
+            .insert(sha256.to_owned(), path.to_owned());
+    }
+
+    pub fn pinned_source(&self, sha256: &str) -> Option<PathBuf> {
+        self.pinning().sources.get(sha256).cloned()
+    }
+
+    /// The unit of each RM id (`hw/shell.yaml`), for the functional check after each slot load.
+    pub fn set_partial_units(&self, units: BTreeMap<u8, String>) {
+        self.pinning().units = units;
+    }
+
+    pub fn no_program(&self) -> bool {
+        self.pinning().no_program
+    }
+
+    /// The unit a partial `cXX_fYY.bin` holds, by its RM id in the shell declaration.
+    pub fn unit_of_partial(&self, name: &str) -> Option<String> {
+        let (_, rm) = fracflow_record::prebuilt::parse_partial_name(name.rsplit('/').next()?)?;
+        self.pinning().units.get(&rm).cloned()
+    }
+
+    /// `--no-program`: the board holds the image already; slots are still loaded and checked.
+    pub fn set_no_program(&self, no_program: bool) {
+        self.pinning().no_program = no_program;
     }
 
     /// Makes sure the profile's sudo works (asking once per run at most) and keeps it fresh from then on.
@@ -437,11 +494,17 @@ impl Session {
             .lock()
             .map_err(|_| NodeError::permanent("the device session was poisoned by a crash"))?;
         let addr = self.address(&mut hold)?;
+        let board = self.profile.kind != TestbedKind::Emulated;
         if let Some(image) = &want.image {
             let sha = fracflow_core::statcache::hash_file(image)
                 .map_err(|e| NodeError::permanent(format!("{}: {e}", image.display())))?;
             if hold.image.as_deref() != Some(sha.as_str()) {
+                if board {
+                    refuse_unless_xilinx(image)?;
+                }
+                let no_program = self.pinning().no_program;
                 match self.profile.kind {
+                    _ if no_program => {}
                     TestbedKind::Real | TestbedKind::Doubles => {
                         self.ensure_root()?;
                         crate::fpga::program_board(job, &self.board_programming(addr), image)?
@@ -455,7 +518,11 @@ impl Session {
                 hold.image = Some(sha.clone());
                 hold.slots.clear();
                 actions.push(DeviceAction {
-                    action: "program".to_owned(),
+                    action: if no_program {
+                        "taken as programmed (--no-program)".to_owned()
+                    } else {
+                        "program".to_owned()
+                    },
                     file: file_name(image),
                     sha,
                 });
@@ -467,27 +534,62 @@ impl Session {
             if hold.slots.get(slot) == Some(&sha) {
                 continue;
             }
-            fracflow_emulator::load_partial(
-                addr,
-                *slot,
-                partial,
-                DEFAULT_CHUNK_SIZE,
-                DEFAULT_HBM_ADDR,
-            )
-            .map_err(|e| {
-                NodeError::permanent(format!(
-                    "loading {} into slot {slot} of {addr}: {e}",
-                    partial.display()
-                ))
-            })?;
+            if board {
+                refuse_unless_xilinx(partial)?;
+            }
+            // Until it is loaded and checked, the slot holds nothing this session can vouch for.
+            hold.slots.remove(slot);
+            let expected = self.expected_unit(partial);
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let report = load_slot(addr, *slot, partial)?;
+                actions.push(DeviceAction {
+                    action: format!(
+                        "load slot {slot} ({} WRITE_HBM of {DEFAULT_CHUNK_SIZE} B in {:.1} ms, RECONF_ICAP {:.1} ms)",
+                        report.writes,
+                        report.upload.as_secs_f64() * 1e3,
+                        report.reconf.as_secs_f64() * 1e3
+                    ),
+                    file: file_name(partial),
+                    sha: sha.clone(),
+                });
+                // A board reports success for a partial of another build and leaves the slot as it was
+                // (docs/frac.md §3): what the slot computes is checked before anything is measured on it.
+                let Some(expected) = expected.filter(|_| board) else {
+                    break;
+                };
+                match check_loaded_slot(addr, *slot, expected)? {
+                    Ok(summary) => {
+                        actions.push(DeviceAction {
+                            action: format!("check slot {slot}: {summary}"),
+                            file: file_name(partial),
+                            sha: sha.clone(),
+                        });
+                        break;
+                    }
+                    Err(why) if attempts < 2 => {
+                        let _ = job_log(job, &format!("{why}; loading it once more"));
+                    }
+                    Err(why) => {
+                        return Err(NodeError::permanent(format!(
+                            "{why} after loading {} twice; nothing is measured on it (a partial of another \
+                             build reports success and leaves the slot unchanged)",
+                            file_name(partial)
+                        )));
+                    }
+                }
+            }
             hold.slots.insert(*slot, sha.clone());
-            actions.push(DeviceAction {
-                action: format!("load slot {slot}"),
-                file: file_name(partial),
-                sha,
-            });
         }
         Ok(addr)
+    }
+
+    /// The unit a partial must make its slot answer as: its RM id (`cXX_fYY`) in the shell declaration.
+    fn expected_unit(&self, partial: &Path) -> Option<crate::slotcheck::Unit> {
+        let (_, rm) = fracflow_record::prebuilt::parse_partial_name(&file_name(partial))?;
+        let units = &self.pinning().units;
+        crate::slotcheck::unit_by_name(units.get(&rm)?)
     }
 
     /// How this real testbed's board is programmed and when it is ready.
@@ -564,6 +666,88 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+fn load_slot(
+    addr: SocketAddr,
+    slot: u8,
+    partial: &Path,
+) -> Result<fracflow_emulator::LoadReport, NodeError> {
+    fracflow_emulator::load_partial(addr, slot, partial, DEFAULT_CHUNK_SIZE, DEFAULT_HBM_ADDR)
+        .map_err(|e| {
+            NodeError::permanent(format!(
+                "loading {} into slot {slot} of {addr}: {e}",
+                partial.display()
+            ))
+        })
+}
+
+/// How long one check request may take (the artifact's checkfuncs uses 2 s, docs/frac.md §8).
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `slot` answers as `expected` and computes what its references say: `Ok(Ok(summary))`, or
+/// `Ok(Err(what it did))`; `Err` when the device could not be asked.
+fn check_loaded_slot(
+    addr: SocketAddr,
+    slot: u8,
+    expected: crate::slotcheck::Unit,
+) -> Result<Result<String, String>, NodeError> {
+    let verdict = crate::slotcheck::check_slot(addr, slot, CHECK_TIMEOUT).map_err(|e| {
+        NodeError::permanent(format!("checking slot {slot} at {addr} after loading: {e}"))
+    })?;
+    Ok(match verdict.unit {
+        Some(found) if found != expected => Err(format!(
+            "slot {slot} answers as {}, expected {}",
+            found.name(),
+            expected.name()
+        )),
+        None => Err(format!(
+            "slot {slot} answers as no known unit, expected {}",
+            expected.name()
+        )),
+        Some(found) => match verdict.checks.iter().find(|c| !c.passed) {
+            Some(wrong) => Err(format!(
+                "slot {slot} answers as {} but computes wrong: {}: {}",
+                found.name(),
+                wrong.name,
+                wrong.detail
+            )),
+            None => Ok(format!(
+                "{} ok ({} checks against the Rust references)",
+                found.name(),
+                verdict.checks.len()
+            )),
+        },
+    })
+}
+
+/// A board takes only real Xilinx bitstreams; the plan refuses other files, and this is the last guard before
+/// one is handed to the programming tool or the controller (a file may have changed since).
+fn refuse_unless_xilinx(path: &Path) -> Result<(), NodeError> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_end(&mut head))
+        .map_err(|e| NodeError::permanent(format!("{}: {e}", path.display())))?;
+    match fracflow_proto::bitstream::classify(&head) {
+        kind if kind.is_xilinx() => Ok(()),
+        fracflow_proto::bitstream::BitstreamKind::Emulated(what) => {
+            Err(NodeError::permanent(format!(
+                "{} is an emulated {what}, not a Xilinx bitstream: it never reaches a board",
+                path.display()
+            )))
+        }
+        other => Err(NodeError::permanent(format!(
+            "{} is not a Xilinx bitstream ({other:?}): it never reaches a board",
+            path.display()
+        ))),
+    }
+}
+
+fn job_log(job: &fracflow_core::Job<'_>, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut log = std::fs::OpenOptions::new().append(true).open(job.log)?;
+    writeln!(log, "{line}")
 }
 
 fn file_name(path: &Path) -> String {

@@ -26,6 +26,10 @@ pub enum DeviceCommand {
         /// Full image to program at start (`jtag/frac.bit` or `bypass/frac.bit`).
         #[arg(long)]
         image: Option<PathBuf>,
+        /// Stand in for the board in tests: take Xilinx-framed fixtures wrapping an emulated design, and answer
+        /// success to a partial of another build while leaving the slot unchanged, as the board does.
+        #[arg(long)]
+        board_double: bool,
     },
     /// Program a full image (the JTAG stand-in: the device's management channel); resets every slot.
     Program {
@@ -89,7 +93,11 @@ fn device_error(addr: SocketAddr, error: fracflow_emulator::Error) -> Error {
 
 pub fn run(command: DeviceCommand) -> Result<Exit> {
     match command {
-        DeviceCommand::Serve { listen, image } => serve(listen, image),
+        DeviceCommand::Serve {
+            listen,
+            image,
+            board_double,
+        } => serve(listen, image, board_double),
         DeviceCommand::Program { addr, image } => {
             let report =
                 fracflow_emulator::program(addr, &image).map_err(|e| device_error(addr, e))?;
@@ -260,18 +268,26 @@ pub(super) fn wait_until(stop: &AtomicBool) {
     }
 }
 
-fn serve(listen: SocketAddr, image: Option<PathBuf>) -> Result<Exit> {
+fn serve(listen: SocketAddr, image: Option<PathBuf>, board_double: bool) -> Result<Exit> {
     let mut config = DeviceConfig::new(listen);
     config.image = image;
+    if board_double {
+        config.fidelity = fracflow_emulator::image::Fidelity::BoardDouble;
+    }
     config.log = Arc::new(|event: &LogEvent| eprintln!("device: {event}"));
     let device = Device::start_with(config)
         .map_err(|e| Error::bad_input(format!("cannot start the device on {listen}: {e}")))?;
     let stop = stop_on_signal()?;
     // One line on stdout with the bound address, so scripts and tests can find a port-0 device.
     println!(
-        "listening {} management {} (emulated fRAC device)",
+        "listening {} management {} ({})",
         device.addr(),
-        device.management_addr()
+        device.management_addr(),
+        if board_double {
+            "board double: the emulated fRAC device behind Xilinx-framed fixtures"
+        } else {
+            "emulated fRAC device"
+        }
     );
     wait_until(&stop);
     eprintln!("device: stopping");

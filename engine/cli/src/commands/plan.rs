@@ -1,7 +1,10 @@
 //! `fracflow plan TARGET`: what `run` would do and why, with estimated time and disk; touches nothing.
 
+use std::collections::BTreeMap;
+
 use clap::Args;
 use fracflow_core::plan::Verdict;
+use fracflow_executors::measure::{PlannedDevice, PlannedStep, planned_steps};
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
@@ -33,7 +36,13 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
         return Ok(Exit::Ok);
     }
     let to_run: Vec<_> = items.iter().filter(|i| i.will_run()).collect();
-    let seconds: f64 = to_run.iter().filter_map(|i| i.estimate_seconds).sum();
+    let steps = board_steps(&loaded, &items, testbed);
+    let board_seconds: f64 = steps.values().flatten().map(|s| s.seconds).sum();
+    let seconds: f64 = to_run
+        .iter()
+        .filter_map(|i| i.estimate_seconds)
+        .sum::<f64>()
+        + board_seconds;
     let unknown = to_run
         .iter()
         .filter(|i| i.estimate_seconds.is_none())
@@ -68,9 +77,28 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
             println!("  - {line}");
         }
     }
+    if let Some(images) = testbed.images().filter(|c| !c.files.is_empty()) {
+        println!("images: {}", images.source);
+        for file in &images.files {
+            println!("  - {file}");
+        }
+        if images.no_program {
+            println!(
+                "  - --no-program: the board is taken to hold the image; slots are loaded and checked"
+            );
+        }
+    }
     println!(
-        "estimated time {}{}, estimated disk {}",
+        "estimated time {}{}{}, estimated disk {}",
         human::seconds(seconds),
+        if board_seconds > 0.0 {
+            format!(
+                " (of which {} programming, settling and loading the board)",
+                human::seconds(board_seconds)
+            )
+        } else {
+            String::new()
+        },
         if unknown > 0 {
             format!(" (+{unknown} nodes with no estimate)")
         } else {
@@ -114,8 +142,61 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
                 "  {tag:<6}  {} [{}] est {estimate}: {reason}",
                 item.node, item.kind
             );
-            println!("          $ {}", item.command);
+            match steps.get(&item.node) {
+                Some(session) => {
+                    for step in session {
+                        println!("          $ {}", step.command);
+                    }
+                    if !testbed.profile.measures_with_fperf() {
+                        println!("          $ {}", item.command);
+                    }
+                }
+                None => println!("          $ {}", item.command),
+            }
         }
     }
     Ok(Exit::Ok)
+}
+
+/// On a real or doubles testbed, what the device session will do before each measurement that runs, in plan
+/// order (programming, slot loads and checks, the server, the real fperf), as the session would do it.
+fn board_steps(
+    loaded: &fracflow_loader::Loaded,
+    items: &[fracflow_core::plan::PlanItem],
+    testbed: &crate::project::Testbed,
+) -> BTreeMap<String, Vec<PlannedStep>> {
+    let mut steps = BTreeMap::new();
+    if testbed.profile.kind == fracflow_executors::testbed::TestbedKind::Emulated {
+        return steps;
+    }
+    let graph = &loaded.graph;
+    let mut device = PlannedDevice::default();
+    for item in items.iter().filter(|i| i.will_run() && i.kind == "measure") {
+        let Some(spec) = graph.index(&item.node).map(|index| graph.spec(index)) else {
+            continue;
+        };
+        let mut pinned = BTreeMap::new();
+        for dep in &spec.deps {
+            let Some(dep) = graph.index(dep).map(|index| graph.spec(index)) else {
+                continue;
+            };
+            let files = dep.config.get("files").and_then(|f| f.as_array());
+            for file in files
+                .into_iter()
+                .flatten()
+                .filter(|_| dep.kind == "prebuilt")
+            {
+                let field = |key: &str| file.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+                let path = field("path").to_owned();
+                let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+                let size = file.get("size").and_then(|v| v.as_u64()).unwrap_or(0);
+                pinned.insert(name, (path, field("sha256").to_owned(), size));
+            }
+        }
+        steps.insert(
+            item.node.clone(),
+            planned_steps(spec, &testbed.session, &pinned, &mut device),
+        );
+    }
+    steps
 }

@@ -82,6 +82,9 @@ pub struct DeviceConfig {
     pub hbm_budget: usize,
     /// Where log lines go.
     pub log: LogSink,
+    /// The emulated device, or a board double that takes Xilinx-framed fixtures and ignores a partial of
+    /// another build as the board does.
+    pub fidelity: crate::image::Fidelity,
 }
 
 impl std::fmt::Debug for DeviceConfig {
@@ -93,6 +96,7 @@ impl std::fmt::Debug for DeviceConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("hbm_budget", &self.hbm_budget)
+            .field("fidelity", &self.fidelity)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +114,7 @@ impl DeviceConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             hbm_budget: DEFAULT_HBM_BUDGET,
             log: discard(),
+            fidelity: crate::image::Fidelity::Emulated,
         }
     }
 }
@@ -186,6 +191,7 @@ pub(crate) struct Shared {
     pub idle_timeout: Duration,
     pub request_timeout: Duration,
     hbm_budget: usize,
+    fidelity: crate::image::Fidelity,
     log: LogSink,
     state: RwLock<Arc<Programmed>>,
     program_lock: Mutex<()>,
@@ -222,7 +228,7 @@ impl Shared {
     /// (as the board's network stack restarts).
     pub fn program(&self, image: &[u8]) -> Result<DeviceStatus> {
         let _serialised = self.program_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let programmed = state::load_image(image, &self.plugins, self.hbm_budget)?;
+        let programmed = state::load_image(image, &self.plugins, self.hbm_budget, self.fidelity)?;
         {
             let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
             *state = Arc::new(programmed);
@@ -364,6 +370,7 @@ impl Device {
             idle_timeout: config.idle_timeout,
             request_timeout: config.request_timeout,
             hbm_budget: config.hbm_budget,
+            fidelity: config.fidelity,
             log: config.log.clone(),
             state: RwLock::new(Arc::new(Programmed::Empty)),
             program_lock: Mutex::new(()),

@@ -15,6 +15,7 @@ use fracflow_proto::{
 use crate::design::{BuildId, DesignManifest};
 use crate::error::{Error, Result, io_err};
 use crate::hbm::Hbm;
+use crate::image::{Fidelity, container_of};
 use crate::image::{FullImage, PartialImage};
 use crate::kernel::Kernel;
 
@@ -86,6 +87,7 @@ pub(crate) struct DesignState {
     allowlist: HashMap<String, BuildId>,
     slots: RwLock<Vec<Option<SlotEntry>>>,
     controller: Mutex<ControllerState>,
+    fidelity: Fidelity,
 }
 
 /// What the controller path wants the connection to do.
@@ -246,7 +248,18 @@ impl DesignState {
                 )
             })?;
         let bytes = ctl.hbm.read(addr, len);
-        let partial = PartialImage::decode(&bytes).map_err(|e| e.to_string())?;
+        let container =
+            container_of(&bytes, self.fidelity, "the partial").map_err(|e| e.to_string())?;
+        let partial = PartialImage::decode(container).map_err(|e| e.to_string())?;
+        if partial.build_id != self.build_id && self.fidelity == Fidelity::BoardDouble {
+            // The board's ICAP takes the frames, reports PRDONE, and the cell keeps what it had (docs/frac.md §3).
+            return Ok(format!(
+                "slot {slot} unchanged: partial {} of build {} on build {} reported success, as the board does",
+                partial.file_name(),
+                partial.build_id.short(),
+                self.build_id.short()
+            ));
+        }
         if partial.build_id != self.build_id {
             return Err(format!(
                 "partial from build {}, the device runs build {} (the board would report success and change nothing)",
@@ -317,8 +330,9 @@ pub(crate) fn load_image(
     image: &[u8],
     plugins: &Mutex<PluginStore>,
     hbm_budget: usize,
+    fidelity: Fidelity,
 ) -> Result<Programmed> {
-    match FullImage::decode(image)? {
+    match FullImage::decode(container_of(image, fidelity, "the image")?)? {
         FullImage::Bypass => Ok(Programmed::Bypass),
         FullImage::Design {
             manifest,
@@ -343,6 +357,7 @@ pub(crate) fn load_image(
                 allowlist: allowlist.into_iter().map(|a| (a.unit, a.hash)).collect(),
                 slots: RwLock::new(slots),
                 controller: Mutex::new(ControllerState::new(hbm_budget)),
+                fidelity,
             })))
         }
     }
