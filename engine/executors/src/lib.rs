@@ -17,6 +17,7 @@ pub mod slotcheck;
 pub mod slurm;
 pub mod sudo;
 pub mod testbed;
+pub mod testbed_check;
 pub mod trampoline;
 
 use std::collections::BTreeMap;
