@@ -18,6 +18,7 @@ pub mod slurm;
 pub mod sudo;
 pub mod testbed;
 pub mod testbed_check;
+pub mod trace_input;
 pub mod trampoline;
 
 use std::collections::BTreeMap;

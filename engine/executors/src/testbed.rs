@@ -231,6 +231,10 @@ pub struct Adaptation {
     /// Why, in words: shown by `plan` and kept in the manifest.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// A trace replay may use a synthetic trace when its trace file is absent (`trace_input`); elsewhere a
+    /// missing trace file is an error before the run. The emulated profile says yes.
+    #[serde(default)]
+    pub synthetic_trace: bool,
 }
 
 fn yes() -> bool {
@@ -246,6 +250,7 @@ impl Default for Adaptation {
             client_threads: None,
             pin: true,
             notes: Vec::new(),
+            synthetic_trace: false,
         }
     }
 }
