@@ -585,8 +585,10 @@ impl<'l, 'o> Expander<'l, 'o> {
             }
             implied_inputs = kind.implied_inputs(&spec, &self.lx.src.root);
         }
-        // Looked up as `inputs:` entries are, so they are hashed into the key the same way.
-        for pattern in implied_inputs {
+        // Looked up as `inputs:` entries are, so they are hashed into the key the same way; a kind names one
+        // file, so a `[` or `*` in its name is that character, not a glob.
+        for file in implied_inputs {
+            let pattern = glob::Pattern::escape(&file);
             match self.find_inputs(&pattern) {
                 Ok(found) => {
                     for path in found {
@@ -598,7 +600,7 @@ impl<'l, 'o> Expander<'l, 'o> {
                 Err(_) => self.lx.instance_error(
                     def.name_loc,
                     format!(
-                        "input `{pattern}` of node `{}` (named by its configuration) cannot be read",
+                        "input `{file}` of node `{}` (named by its configuration) cannot be read",
                         def.name
                     ),
                     Some("input paths are relative to the project root".to_owned()),
