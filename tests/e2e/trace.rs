@@ -89,6 +89,20 @@ fn the_real_trace_file_is_replayed_when_present_and_its_edits_re_measure() {
         svg.matches("synthetic trace").count() >= 2,
         "the footer says synthetic trace too"
     );
+    // Re-drawn from the run's tables, it still says so.
+    let replot = sandbox.run(&["plot", "fig18", "--smoke"]);
+    assert_eq!(replot.status.code(), Some(0), "{}", text(&replot));
+    let redrawn = std::fs::read_to_string(
+        sandbox
+            .results("azure_trace")
+            .join("latest/replot/fig18.svg"),
+    )
+    .expect("re-drawn fig18.svg");
+    assert!(
+        redrawn.contains("trace replay (synthetic trace)")
+            && redrawn.matches("synthetic trace").count() >= 2,
+        "the re-drawn figure says synthetic trace in its title and footer"
+    );
 
     // The real file in place: replayed, on the emulated profile too, under another key.
     sandbox.write(TRACE_FILE, &small_trace(15));
