@@ -24,3 +24,4 @@ mod staging;
 mod sume;
 mod testbed;
 mod tidy;
+mod trace;
