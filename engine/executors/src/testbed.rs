@@ -806,7 +806,7 @@ pub fn client_nic(named: &str, host: &str) -> Result<String, String> {
 }
 
 /// Whether `program` is an executable file or a command on PATH.
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     let executable = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata()

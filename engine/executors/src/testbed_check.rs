@@ -168,9 +168,11 @@ pub fn real_run_findings(root: &Path, profile: &TestbedProfile, found: &mut Vec<
     image_source_findings(root, profile, found);
 }
 
-/// The profile's image source: present and verifying against its manifest (issue 13, deliverable 6). The
-/// place for that check; the image sources of a profile are not there yet, so it finds nothing today.
-pub fn image_source_findings(_root: &Path, _profile: &TestbedProfile, _found: &mut Vec<Finding>) {}
+/// The profile's image source: present, and every pinned file verifying against its manifest.
+pub fn image_source_findings(root: &Path, profile: &TestbedProfile, found: &mut Vec<Finding>) {
+    let (ready, detail) = crate::images::source_finding(root, profile.kind, &profile.images());
+    found.push(Finding::new("images", ready, detail));
+}
 
 #[cfg(test)]
 mod tests {
