@@ -276,6 +276,12 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     let mut changed = original.clone();
     changed.push(0);
     std::fs::write(&pinned, &changed).expect("change");
+    let check = sandbox.run(&["testbed", "check", "--testbed", "u280-double"]);
+    assert!(
+        text(&check).contains("changed: frac/icap/c00_f00.bin"),
+        "testbed check re-hashes the pinned images: {}",
+        text(&check)
+    );
     let mut args = vec!["plan", "fig16"];
     args.extend(smoke);
     let plan = sandbox.run(&args);
@@ -287,6 +293,13 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     );
     std::fs::write(&pinned, &original).expect("restore");
     assert!(programmed(&sandbox).is_empty(), "nothing was programmed");
+    let check = sandbox.run(&["testbed", "check", "--testbed", "u280-double"]);
+    assert!(
+        text(&check).contains("bitstreams/frac-example.yaml: all")
+            && text(&check).contains("pinned file(s) under"),
+        "{}",
+        text(&check)
+    );
 
     // The plan shows the session's commands in order, with the pinned files' own paths, and counts them in.
     let mut args = vec!["plan", "fig16"];

@@ -25,3 +25,4 @@ mod staging;
 mod sume;
 mod testbed;
 mod tidy;
+mod trace;

@@ -13,7 +13,8 @@ impl Sandbox {
         let sandbox = Sandbox { dir };
         sandbox.write(
             "hw/testbeds/emulated.yaml",
-            "kind: emulated\ndescription: test\n",
+            // As the shipped emulated profile: a trace replay without its file uses a synthetic trace.
+            "kind: emulated\ndescription: test\nadapt:\n  synthetic_trace: true\n",
         );
         sandbox.write(
             "hw/testbeds/other.yaml",

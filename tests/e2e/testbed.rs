@@ -31,7 +31,7 @@ fn real_testbed(sandbox: &Sandbox) {
     fake(
         sandbox,
         "ip",
-        "case \"$*\" in\n  *route*) echo '10.9.8.7 dev fpga0 src 10.9.8.1 uid 0' ;;\n  *addr*) echo '5: fpga0    inet 10.9.8.1/24 brd 10.9.8.255 scope global fpga0' ;;\nesac",
+        "case \"$*\" in\n  *route*) echo '10.9.8.7 dev fpga0 src 10.9.8.1 uid 0' ;;\n  *addr*) echo '5: fpga0    inet 10.9.8.1/24 brd 10.9.8.255 scope global fpga0' ;;\n  *link*) echo '5: fpga0: <BROADCAST,UP> mtu 9000 qdisc mq state UP' ;;\nesac",
     );
     fake(sandbox, "sudo", "exit 0");
     fake(sandbox, "ssh", "exit 0");
@@ -61,6 +61,7 @@ fn a_ready_testbed_is_checked_without_programming_the_board() {
     assert_eq!(run.status.code(), Some(0), "{output}");
     for line in [
         "ok      NIC: fpga0 10.9.8.1/24",
+        "ok      MTU: fpga0: mtu 9000",
         "ok      board ping: 10.9.8.7 answers",
         "ok      server ssh: srv (fracflow found there)",
         "ready",
@@ -382,4 +383,166 @@ fn a_profile_that_drives_other_tools_needs_no_fpga_device() {
     assert_eq!(run.status.code(), Some(0), "{output}");
     assert!(output.contains("ok      device: none"), "{output}");
     assert!(!output.contains("device.addr"), "{output}");
+}
+
+/// `ip ARGS`, bounded by `timeout`; Err(what it said) when it fails.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("timeout")
+        .arg("10")
+        .arg("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip {}`: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            text(&out).trim()
+        ))
+    }
+}
+
+/// A network namespace holding one end of a veth pair, the other end on this host: a link to a "board" at
+/// `peer_addr`. Removed when dropped (deleting the namespace deletes its end, and with it the pair).
+struct VethLink {
+    namespace: String,
+    host_nic: String,
+    peer_addr: String,
+}
+
+impl VethLink {
+    /// A fresh pair with `mtu`, named after this process (and a counter) so parallel test runs never share one.
+    fn new(mtu: u32) -> Result<VethLink, String> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        // Interface names have at most 15 bytes.
+        let tag = format!("{:x}{n}", pid % 0x10_0000);
+        let link = VethLink {
+            namespace: format!("fracflow-test-{pid}-{n}"),
+            host_nic: format!("ffh{tag}"),
+            peer_addr: format!("10.254.{}.{}", (pid + n) % 250, 2),
+        };
+        let host_addr = format!("10.254.{}.1/30", (pid + n) % 250);
+        let peer_nic = format!("ffp{tag}");
+        ip(&["netns", "add", &link.namespace]).map_err(|e| {
+            format!("network namespaces are not permitted here (the test needs root and CAP_SYS_ADMIN): {e}")
+        })?;
+        let mtu = mtu.to_string();
+        ip(&[
+            "link",
+            "add",
+            &link.host_nic,
+            "mtu",
+            &mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer_nic,
+            "mtu",
+            &mtu,
+            "netns",
+            &link.namespace,
+        ])?;
+        ip(&["addr", "add", &host_addr, "dev", &link.host_nic])?;
+        ip(&["link", "set", &link.host_nic, "up"])?;
+        let peer = format!("{}/30", link.peer_addr);
+        ip(&[
+            "-n",
+            &link.namespace,
+            "addr",
+            "add",
+            &peer,
+            "dev",
+            &peer_nic,
+        ])?;
+        ip(&["-n", &link.namespace, "link", "set", &peer_nic, "up"])?;
+        Ok(link)
+    }
+}
+
+impl Drop for VethLink {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.namespace]);
+        // Gone with the namespace already, unless the peer never moved into it.
+        let _ = ip(&["link", "del", &self.host_nic]);
+    }
+}
+
+#[test]
+fn a_link_without_jumbo_frames_and_too_few_hugepages_are_reported() {
+    let link = VethLink::new(1500).unwrap_or_else(|why| panic!("{why}"));
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "hw/testbeds/veth.yaml",
+        &format!(
+            "kind: real\ndescription: a board behind a veth pair\ndevice:\n  addr: \"{}:2888\"\nboard:\n  nic: {}\n\
+             sudo: \"\"\nclient:\n  tpa: /bin/true\n  fperf: /bin/true\n",
+            link.peer_addr, link.host_nic
+        ),
+    );
+    let run = sandbox
+        .command(&["testbed", "check", "--testbed", "veth"])
+        .output()
+        .expect("run fracflow");
+    let output = text(&run);
+    assert_eq!(run.status.code(), Some(1), "{output}");
+    let mtu_line = format!(
+        "MISSING MTU: {}: found mtu 1500, needs ≥ 8232",
+        link.host_nic
+    );
+    assert!(output.contains(&mtu_line), "no `{mtu_line}` in:\n{output}");
+    // What this host holds decides the verdict; the rule (4 processes × 8 GB) is the same everywhere.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        meminfo
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let free_mb = field("HugePages_Free:") * field("Hugepagesize:") / 1024;
+    let verdict = if free_mb >= 4 * 8192 {
+        "ok     "
+    } else {
+        "MISSING"
+    };
+    let hugepage_line = format!("{verdict} hugepages: found ");
+    assert!(
+        output.contains(&hugepage_line),
+        "no `{hugepage_line}` in:\n{output}"
+    );
+    assert!(
+        output.contains(
+            "needs 32 GB: 8 GB per fperf process (socket-mem 8192) × 4 processes at once"
+        ),
+        "{output}"
+    );
+    assert!(output.contains("ok      tpa: /bin/true"), "{output}");
+}
+
+#[test]
+fn tpa_and_fperf_are_not_required_where_the_embedded_client_measures() {
+    let sandbox = Sandbox::new();
+    real_testbed(&sandbox);
+    fake(&sandbox, "ping", "exit 0");
+    // Named but empty `fperf`: the profile measures with the embedded client, so neither tool nor hugepages
+    // are needed.
+    let profile =
+        std::fs::read_to_string(sandbox.path().join("hw/testbeds/board.yaml")).expect("profile");
+    sandbox.write(
+        "hw/testbeds/board.yaml",
+        &format!("{profile}client:\n  tpa: /nonexistent/tpa\n  fperf: \"\"\n"),
+    );
+    let run = check(&sandbox, "board");
+    let output = text(&run);
+    assert_eq!(run.status.code(), Some(0), "{output}");
+    assert!(
+        !output.contains("tpa") && !output.contains("hugepages"),
+        "{output}"
+    );
 }

@@ -53,5 +53,6 @@ pub use run::{
 };
 pub use samples::{read_samples_parquet, write_samples_parquet};
 pub use trace::{
-    TraceRow, parse_trace, read_trace, synthetic_trace, synthetic_trace_with_mean_sleep,
+    MAX_TRACE_BYTES, TraceError, TraceRow, format_trace, parse_trace, read_trace,
+    read_trace_bounded, synthetic_trace, synthetic_trace_with_mean_sleep,
 };

@@ -85,12 +85,28 @@ pub enum TraceError {
     /// No rows.
     #[error("trace has no rows")]
     Empty,
+    /// The file is larger than any trace this client replays.
+    #[error("trace {path} is larger than {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// The bound it exceeds.
+        limit: u64,
+    },
 }
+
+/// The largest trace file read: the real Azure trace is about 1.24 MB (frac §7); fifty times that still
+/// parses in well under a second, and a file beyond it is not a trace of this format.
+pub const MAX_TRACE_BYTES: u64 = 64 << 20;
 
 /// Parses trace CSV text.
 pub fn parse_trace(text: &str) -> Result<Vec<TraceRow>, TraceError> {
     let mut lines = text.lines().enumerate();
-    let header = lines.next().map(|(_, l)| l.trim()).unwrap_or_default();
+    // A byte-order mark is what a spreadsheet leaves in front of a CSV it saved.
+    let header = lines
+        .next()
+        .map(|(_, l)| l.trim_start_matches('\u{feff}').trim())
+        .unwrap_or_default();
     if header.replace(' ', "") != "app,sleep_time,request_size,response_size" {
         return Err(TraceError::Header(header.to_owned()));
     }
@@ -150,13 +166,52 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceRow>, TraceError> {
     Ok(rows)
 }
 
-/// Reads and parses a trace file (the real Azure file is accepted as is).
+/// Reads and parses a trace file (the real Azure file is accepted as is), at most [`MAX_TRACE_BYTES`].
 pub fn read_trace(path: &Path) -> Result<Vec<TraceRow>, TraceError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+    read_trace_bounded(path, MAX_TRACE_BYTES)
+}
+
+/// [`read_trace`] with another bound on the file's size.
+pub fn read_trace_bounded(path: &Path, limit: u64) -> Result<Vec<TraceRow>, TraceError> {
+    use std::io::Read as _;
+    let io = |source| TraceError::Io {
         path: path.display().to_string(),
         source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    // One byte past the bound tells a file of exactly `limit` bytes from a larger one.
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(TraceError::TooLarge {
+            path: path.display().to_string(),
+            limit,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ))
     })?;
     parse_trace(&text)
+}
+
+/// Trace rows as the file format's CSV, header first; [`parse_trace`] reads back the same rows (a float's
+/// shortest round-trip text keeps every sleep time exact).
+#[must_use]
+pub fn format_trace(rows: &[TraceRow]) -> String {
+    let mut out = String::from("app,sleep_time,request_size,response_size\n");
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{},{},{},{}",
+            row.app, row.sleep_s, row.request_size, row.response_size
+        );
+    }
+    out
 }
 
 /// Mean gap of the real trace: about an hour over 46 394 rows (frac §7).
@@ -211,4 +266,88 @@ pub fn synthetic_trace_with_mean_sleep(rows: usize, seed: u64, mean_sleep_s: f64
         let _ = writeln!(out, "{app},{sleep:.6},{size},{response}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "app,sleep_time,request_size,response_size\n";
+
+    #[test]
+    fn the_real_files_format_parses_with_float_integers_crlf_and_a_bom() {
+        let text = "\u{feff}app,sleep_time,request_size,response_size\r\n1,0.0,512.0,64.0\r\n\
+                    2,0.25,24576,64\r\n3,1.5,1024,1024\r\n5,0,4096,4096\r\n";
+        let rows = parse_trace(text).expect("parses");
+        assert_eq!(rows.len(), 4);
+        assert_eq!(
+            rows[0],
+            TraceRow {
+                app: 1,
+                sleep_s: 0.0,
+                request_size: 512,
+                response_size: 64
+            }
+        );
+        assert_eq!(
+            rows.iter().map(TraceRow::slot).collect::<Vec<_>>(),
+            [0, 2, 1, 3]
+        );
+        assert_eq!(rows[1].sleep_s, 0.25);
+    }
+
+    #[test]
+    fn a_bad_row_names_its_line() {
+        for (row, why) in [
+            ("4,0,512,64", "app 4 is not 1 (top_k)"),
+            ("1,-1,512,64", "sleep_time \"-1\" is not >= 0"),
+            ("1,0,500,64", "request_size 500 must be whole 64-byte lines"),
+            ("1,0,512", "3 fields, expected 4"),
+            ("1,0,5x2,64", "request_size \"5x2\" is not a whole number"),
+        ] {
+            // Line 1 is the header, line 2 a good row, line 3 empty (skipped, still counted).
+            let text = format!("{HEADER}1,0,512,64\n\n{row}\n");
+            let error = parse_trace(&text).expect_err(row).to_string();
+            assert!(
+                error.starts_with("trace line 4: ") && error.contains(why),
+                "{row}: {error}"
+            );
+        }
+        let header = parse_trace("app,sleep\n1,0")
+            .expect_err("header")
+            .to_string();
+        assert!(header.contains("expected \"app,sleep_time"), "{header}");
+        assert!(matches!(parse_trace(HEADER), Err(TraceError::Empty)));
+    }
+
+    #[test]
+    fn formatted_rows_read_back_the_same() {
+        let rows = parse_trace(&synthetic_trace(200, 7)).expect("parses");
+        assert_eq!(parse_trace(&format_trace(&rows)).expect("parses"), rows);
+    }
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_and_one_at_it_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("trace.csv");
+        let text = format!("{HEADER}1,0,512,64\n");
+        std::fs::write(&path, &text).expect("write");
+        let size = text.len() as u64;
+        assert_eq!(
+            read_trace_bounded(&path, size).expect("at the bound").len(),
+            1
+        );
+        let error = read_trace_bounded(&path, size - 1).expect_err("over");
+        assert!(
+            error
+                .to_string()
+                .ends_with(&format!("is larger than {} bytes", size - 1)),
+            "{error}"
+        );
+        let missing = read_trace(&dir.path().join("none.csv")).expect_err("missing");
+        assert!(
+            missing.to_string().starts_with("cannot read trace "),
+            "{missing}"
+        );
+    }
 }

@@ -179,6 +179,13 @@ pub trait Executor: Send + Sync {
     fn implied_outputs(&self, _spec: &NodeSpec) -> Vec<String> {
         Vec::new()
     }
+    /// Project files the node reads because its configuration names them (a measure node's trace file),
+    /// relative to `root`; the loader adds them to the node's `inputs`, so their content hashes enter its key
+    /// as any input's do. Only files the node will read: one it may do without when absent is left out then,
+    /// and one it needs but is missing is a problem of `check`.
+    fn implied_inputs(&self, _spec: &NodeSpec, _root: &Path) -> Vec<String> {
+        Vec::new()
+    }
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError>;
     /// The command or action, as `plan` prints it.
     fn describe(&self, spec: &NodeSpec) -> String;

@@ -383,10 +383,11 @@ impl Executor for PlotKind {
     }
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
-        let plot: PlotSpec = config::typed(job.spec)?;
+        let mut plot: PlotSpec = config::typed(job.spec)?;
         let tables = dependency_tables(job)?;
         let client = client_of(&tables, self.session.as_deref());
-        let provenance = provenance(job, self.session.as_deref(), client);
+        let mut provenance = provenance(job, self.session.as_deref(), client);
+        mark_synthetic_trace(&mut plot, &mut provenance, &tables);
         fracflow_plot::draw(&plot, &tables, &provenance, job.out_dir)
             .map_err(|e| failed(job.spec, e))?;
         Ok(Outcome::default())
@@ -403,13 +404,48 @@ pub fn redraw(
     run: &Provenance,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
-    let plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
+    let mut plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
     let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
     let mut provenance = run.clone();
     if let Some(client) = client_in_tables(tables.values()) {
         provenance.client = client;
     }
+    mark_synthetic_trace(&mut plot, &mut provenance, &tables);
     fracflow_plot::draw(&plot, &tables, &provenance, out_dir).map_err(|e| e.to_string())
+}
+
+/// A figure of points that replayed a synthetic trace (a `trace` label of `synthetic` in any of its tables)
+/// says so in its title and its footer, so it cannot pass for the real trace's figure.
+fn mark_synthetic_trace(
+    plot: &mut PlotSpec,
+    provenance: &mut Provenance,
+    tables: &BTreeMap<String, Table>,
+) {
+    let synthetic = tables.values().any(|table| {
+        table
+            .columns
+            .iter()
+            .position(|c| c == "trace")
+            .is_some_and(|column| {
+                table.rows.iter().any(|row| {
+                    matches!(row.get(column), Some(Cell::Text(label))
+                    if label == crate::trace_input::SYNTHETIC_LABEL)
+                })
+            })
+    });
+    if !synthetic {
+        return;
+    }
+    const MARK: &str = "synthetic trace";
+    plot.title = Some(match plot.title.take() {
+        Some(title) => format!("{title} ({MARK})"),
+        None => MARK.to_owned(),
+    });
+    provenance.client = if provenance.client.is_empty() {
+        MARK.to_owned()
+    } else {
+        format!("{} · {MARK}", provenance.client)
+    };
 }
 
 /// `check`: the paper's claims as data, evaluated on its `aggregate` dependencies' tables. `expect` maps a

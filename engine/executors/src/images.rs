@@ -497,6 +497,80 @@ fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
 }
 
+/// Every pinned file of `manifest` under `at` that is missing, unreadable or changed, one line each
+/// (`fracflow bitstreams verify`, `fracflow testbed check`).
+pub fn verify_files(manifest: &PrebuiltManifest, at: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for file in &manifest.files {
+        match prebuilt::sha256_file(&at.join(&file.path)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                problems.push(format!("missing: {}", file.path));
+            }
+            Err(e) => problems.push(format!("unreadable: {} ({e})", file.path)),
+            Ok((sha256, _)) if sha256 != file.sha256 => problems.push(format!(
+                "changed: {} (sha256 {sha256}, pinned {})",
+                file.path, file.sha256
+            )),
+            Ok(_) => {}
+        }
+    }
+    problems
+}
+
+/// The profile's pinned images as `testbed check` reports them: present, and every file verifying.
+pub fn source_finding(
+    root: &Path,
+    testbed_kind: TestbedKind,
+    images: &ImagesProfile,
+) -> (bool, String) {
+    match images.source {
+        ImageSourceKind::Emulated if testbed_kind != TestbedKind::Emulated => (
+            false,
+            "emulated build chain: its containers configure no FPGA; set `images.source: prebuilt` (or vivado)"
+                .to_owned(),
+        ),
+        ImageSourceKind::Emulated => (true, "the emulated build chain".to_owned()),
+        ImageSourceKind::Vivado => {
+            let missing: Vec<&str> = ["vitis_hls", "spinhdl"]
+                .into_iter()
+                .filter(|tool| !crate::testbed::on_path(tool))
+                .collect();
+            if missing.is_empty() {
+                (true, "the real build: vitis_hls and spinhdl found".to_owned())
+            } else {
+                (false, format!("the real build needs {} on PATH", missing.join(" and ")))
+            }
+        }
+        ImageSourceKind::Prebuilt => match load_manifest(root, images, &ImageOverrides::default()) {
+            Err(why) => (false, why),
+            Ok((manifest, at)) => {
+                let problems = verify_files(&manifest, &at);
+                if problems.is_empty() {
+                    (
+                        true,
+                        format!(
+                            "bitstreams/{}.yaml: all {} pinned file(s) under {} verify",
+                            manifest.name,
+                            manifest.files.len(),
+                            at.display()
+                        ),
+                    )
+                } else {
+                    (
+                        false,
+                        format!(
+                            "bitstreams/{}.yaml under {}: {}",
+                            manifest.name,
+                            at.display(),
+                            problems.join("; ")
+                        ),
+                    )
+                }
+            }
+        },
+    }
+}
+
 fn load_manifest(
     root: &Path,
     images: &ImagesProfile,

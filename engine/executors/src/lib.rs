@@ -17,6 +17,8 @@ pub mod slotcheck;
 pub mod slurm;
 pub mod sudo;
 pub mod testbed;
+pub mod testbed_check;
+pub mod trace_input;
 pub mod trampoline;
 
 use std::collections::BTreeMap;

@@ -60,7 +60,8 @@ pub struct MeasureConfig {
     /// Measure a fresh CPU baseline server (`fracflow cpu-server -n CORES` on this host) instead of the device.
     #[serde(default)]
     pub server: Option<ServerConfig>,
-    /// Replay a synthetic trace with the Azure trace's apps and sizes (written as output `trace.csv`).
+    /// Replay a trace (written as output `trace.csv`): a file in the artifact's `processed_trace.csv` format,
+    /// or a synthetic one with the Azure trace's apps and sizes where the testbed allows it.
     #[serde(default)]
     pub trace: Option<TraceConfig>,
     /// Labels for aggregation beside the sweep point, e.g. `{series: fRAC, clients: "{n}"}`.
@@ -114,13 +115,22 @@ pub struct ServerConfig {
     pub cores: Count,
 }
 
-/// A synthetic trace for a `measure` node.
+/// The trace a `measure` node replays (`trace_input` says which one is used, and when).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceConfig {
-    /// Requests in the trace.
-    pub rows: Count,
-    /// Generator seed.
+    /// The trace file, relative to the project root, in the artifact's `processed_trace.csv` format
+    /// (`eval/azure_trace/processed_trace.csv`); an input of the node. Replayed whenever it exists.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// The points' `trace` label when the file is replayed (default `file`), e.g. `azure-2021`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// With a file: replay its first `rows` requests (all when absent). Without it, where the testbed allows
+    /// a synthetic trace (`adapt.synthetic_trace`): the synthetic trace's requests.
+    #[serde(default)]
+    pub rows: Option<Count>,
+    /// Seed of the synthetic trace.
     #[serde(default)]
     pub seed: u64,
 }
@@ -190,6 +200,9 @@ impl MeasureConfig {
             !s.parse::<u8>()
                 .is_ok_and(|n| n < fracflow_proto::limits::SLOT_COUNT)
         };
+        if let Some(trace) = &self.trace {
+            problems.extend(crate::trace_input::shape_problems(trace));
+        }
         for slot in self.slots.keys().filter(|s| not_a_slot(s)) {
             let mut problem = ConfigProblem::at(
                 vec![
@@ -315,11 +328,41 @@ impl MeasureKind {
     fn adaptation(&self) -> Option<&crate::testbed::Adaptation> {
         self.session.as_ref().map(|s| &s.profile().adapt)
     }
+
+    /// The testbed's name and whether it replays synthetic traces; None without a testbed (nothing is
+    /// measured on a device then, and nothing refuses a synthetic trace).
+    fn trace_testbed(&self) -> Option<(&str, bool)> {
+        self.session
+            .as_ref()
+            .map(|s| (s.name(), s.profile().adapt.synthetic_trace))
+    }
 }
 
 impl Executor for MeasureKind {
-    fn check(&self, spec: &NodeSpec, _root: &std::path::Path) -> Vec<ConfigProblem> {
-        config::check_with::<MeasureConfig>(spec, MeasureConfig::check)
+    fn check(&self, spec: &NodeSpec, root: &std::path::Path) -> Vec<ConfigProblem> {
+        config::check_with::<MeasureConfig>(spec, |config| {
+            let mut problems = config.check();
+            if let Some(trace) = &config.trace {
+                problems.extend(crate::trace_input::project_problems(
+                    trace,
+                    root,
+                    self.trace_testbed(),
+                ));
+            }
+            problems
+        })
+    }
+
+    fn implied_inputs(&self, spec: &NodeSpec, root: &std::path::Path) -> Vec<String> {
+        let Ok(config) = config(spec) else {
+            return Vec::new();
+        };
+        config
+            .trace
+            .as_ref()
+            .and_then(|trace| crate::trace_input::implied_input(trace, root))
+            .into_iter()
+            .collect()
     }
 
     fn config_schema(&self) -> serde_json::Value {
@@ -367,15 +410,16 @@ impl Executor for MeasureKind {
         let config = config(spec)?;
         let members = config.members().map_err(|e| node_error(spec, e))?;
         let mut actions = Vec::new();
+        let mut labels = config.labels.clone();
         let trace = match &config.trace {
             Some(t) => {
-                let path = job.out_dir.join("trace.csv");
-                std::fs::write(
-                    &path,
-                    fracflow_client::synthetic_trace(t.rows.0 as usize, t.seed),
-                )
-                .map_err(io)?;
-                Some(path)
+                let synthetic_allowed = self.trace_testbed().is_none_or(|(_, allowed)| allowed);
+                let prepared =
+                    crate::trace_input::prepare(t, job.root, synthetic_allowed, job.out_dir)
+                        .map_err(|e| node_error(spec, e))?;
+                // Which trace a point replayed is a label, so every table and figure made from it says so.
+                labels.insert("trace".to_owned(), serde_json::json!(prepared.label));
+                Some(prepared.path)
             }
             None => None,
         };
@@ -452,7 +496,7 @@ impl Executor for MeasureKind {
         let summary = MeasureSummary {
             version: MeasureSummary::VERSION,
             point: spec.point.clone(),
-            labels: config.labels.clone(),
+            labels,
             source: self.source(&config, target),
             device: actions,
             adapted,

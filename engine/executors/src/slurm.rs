@@ -145,6 +145,10 @@ impl Executor for SlurmKind {
         self.inner.implied_outputs(spec)
     }
 
+    fn implied_inputs(&self, spec: &NodeSpec, root: &Path) -> Vec<String> {
+        self.inner.implied_inputs(spec, root)
+    }
+
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let spec = job.spec;
         let dir = job_dir(job).map_err(|e| failed(spec, e))?;

@@ -231,6 +231,10 @@ pub struct Adaptation {
     /// Why, in words: shown by `plan` and kept in the manifest.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// A trace replay may use a synthetic trace when its trace file is absent (`trace_input`); elsewhere a
+    /// missing trace file is an error before the run. The emulated profile says yes.
+    #[serde(default)]
+    pub synthetic_trace: bool,
 }
 
 fn yes() -> bool {
@@ -246,6 +250,7 @@ impl Default for Adaptation {
             client_threads: None,
             pin: true,
             notes: Vec::new(),
+            synthetic_trace: false,
         }
     }
 }
@@ -769,7 +774,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(what: impl Into<String>, ready: bool, detail: impl Into<String>) -> Finding {
+    pub(crate) fn new(what: impl Into<String>, ready: bool, detail: impl Into<String>) -> Finding {
         Finding {
             what: what.into(),
             ready,
@@ -801,7 +806,7 @@ pub fn client_nic(named: &str, host: &str) -> Result<String, String> {
 }
 
 /// Whether `program` is an executable file or a command on PATH.
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     let executable = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata()
@@ -815,8 +820,8 @@ fn on_path(program: &str) -> bool {
     })
 }
 
-/// What a run on this testbed needs, checked without touching the board: tools, the NIC and its address, the
-/// board's ping, sudo, and the server host over ssh.
+/// What a run on this testbed needs, checked without touching the board: tools, the NIC, its address and MTU,
+/// the board's ping, sudo, hugepages (`testbed_check`), and the server host over ssh.
 pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> {
     let mut found = Vec::new();
     let tool = |found: &mut Vec<Finding>, what: &str, program: &str| {
@@ -881,12 +886,16 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
             .to_string()
     };
     tool(&mut found, "Vivado", &vivado);
-    for (what, path) in [
-        ("tpa", profile.client.tpa.as_deref()),
-        ("fperf", profile.client.fperf.as_deref()),
-    ] {
-        if let Some(path) = path.filter(|p| !p.is_empty()) {
-            tool(&mut found, what, path);
+    // `tpa` and `fperf` matter only where they measure; a profile naming them but measuring with the
+    // embedded client does not need them.
+    if profile.measures_with_fperf() {
+        for (what, path) in [
+            ("tpa", profile.client.tpa.as_deref()),
+            ("fperf", profile.client.fperf.as_deref()),
+        ] {
+            if let Some(path) = path.filter(|p| !p.is_empty()) {
+                tool(&mut found, what, path);
+            }
         }
     }
     // The NIC: named, or the one the route to the board leaves by; then it must hold an IPv4 address.
@@ -916,6 +925,7 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
             )),
             Err(e) => found.push(Finding::new("NIC", false, e)),
         }
+        found.push(crate::testbed_check::mtu_finding(&nic));
     }
     match probe("ping", &["-c", "1", "-W", "1", &host]) {
         Ok((true, _)) => found.push(Finding::new("board ping", true, format!("{host} answers"))),
@@ -927,6 +937,7 @@ pub fn check(root: &Path, name: &str, profile: &TestbedProfile) -> Vec<Finding> 
         Err(e) => found.push(Finding::new("board ping", false, e)),
     }
     found.push(sudo_finding("sudo", &profile.sudo, None));
+    crate::testbed_check::real_run_findings(root, profile, &mut found);
     found.extend(server_findings(profile));
     found
 }

@@ -559,6 +559,7 @@ impl<'l, 'o> Expander<'l, 'o> {
             estimate: durations[1],
             origin,
         };
+        let mut implied_inputs = Vec::new();
         if resolved && let Some(kind) = self.lx.kinds.executor(&def.kind) {
             // A config without templates is the same for every instance: checked once, reported without an
             // instance.
@@ -581,6 +582,30 @@ impl<'l, 'o> Expander<'l, 'o> {
                 if !spec.outputs.contains(&implied) {
                     spec.outputs.push(implied);
                 }
+            }
+            implied_inputs = kind.implied_inputs(&spec, &self.lx.src.root);
+        }
+        // Looked up as `inputs:` entries are, so they are hashed into the key the same way; a kind names one
+        // file, so a `[` or `*` in its name is that character, not a glob.
+        for file in implied_inputs {
+            let pattern = glob::Pattern::escape(&file);
+            match self.find_inputs(&pattern) {
+                Ok(found) => {
+                    for path in found {
+                        if !spec.inputs.contains(&path) {
+                            spec.inputs.push(path);
+                        }
+                    }
+                }
+                Err(_) => self.lx.instance_error(
+                    def.name_loc,
+                    format!(
+                        "input `{file}` of node `{}` (named by its configuration) cannot be read",
+                        def.name
+                    ),
+                    Some("input paths are relative to the project root".to_owned()),
+                    shown_instance.as_deref(),
+                ),
             }
         }
         spec

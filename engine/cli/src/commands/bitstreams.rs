@@ -266,21 +266,7 @@ fn verify(project_root: &Path, name: &str, artifact: Option<&Path>) -> Result<Ex
     let manifest = PrebuiltManifest::from_yaml(&text)
         .map_err(|e| Error::bad_input(format!("{}: {e}", path.display())))?;
     let root = artifact.map_or_else(|| PathBuf::from(&manifest.artifact_root), Path::to_owned);
-    let mut problems = Vec::new();
-    for file in &manifest.files {
-        let on_disk = root.join(&file.path);
-        match prebuilt::sha256_file(&on_disk) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                problems.push(format!("missing: {}", file.path));
-            }
-            Err(e) => problems.push(format!("unreadable: {} ({e})", file.path)),
-            Ok((sha256, _)) if sha256 != file.sha256 => problems.push(format!(
-                "changed: {} (sha256 {sha256}, pinned {})",
-                file.path, file.sha256
-            )),
-            Ok(_) => {}
-        }
-    }
+    let problems = fracflow_executors::images::verify_files(&manifest, &root);
     if problems.is_empty() {
         println!(
             "{}: all {} image(s) under {} verify",

@@ -10,7 +10,8 @@ use crate::project::Testbed;
 
 #[derive(Subcommand, Debug)]
 pub enum TestbedAction {
-    /// List what is missing or unreachable (tools, NIC address, ping, sudo, ssh to the server host).
+    /// List what is missing or unreachable (tools, NIC address and MTU, ping, sudo, hugepages for the real
+    /// fperf, ssh to the server host).
     Check {
         /// Testbed profile from hw/testbeds/.
         #[arg(long, default_value = "emulated")]

@@ -1443,3 +1443,81 @@ nodes:
         assert!(loaded.adapted.is_empty());
     }
 }
+
+/// Files a kind's configuration names (`Executor::implied_inputs`) join the node's inputs like `inputs:` entries.
+mod implied_inputs {
+    use super::*;
+    use fracflow_core::{Executor, Job, KindInfo, Kinds, NodeError, Outcome};
+
+    const TRACE: &str = "app,sleep_time,request_size,response_size\n1,0,512,64\n";
+
+    #[test]
+    fn a_measure_nodes_trace_file_is_an_input_even_with_glob_characters_in_its_name() {
+        let p = Project::new(&[
+            ("data/t[1].csv", TRACE),
+            // What the glob `t[1].csv` would match instead.
+            ("data/t1.csv", TRACE),
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nnodes:\n  replay:\n    kind: measure\n    addr: \"127.0.0.1:9\"\n    \
+                 fperf: -t rr -n 1 -m 512\n    trace: {file: \"data/t[1].csv\"}\n",
+            ),
+        ]);
+        let loaded = p.load("pipelines/p.yaml");
+        assert_eq!(
+            spec(&loaded, "replay").inputs,
+            [p.root().join("data/t[1].csv")]
+        );
+    }
+
+    /// A kind that names a file it reads, whether or not it exists.
+    struct Reads(&'static str);
+
+    impl Executor for Reads {
+        fn implied_inputs(&self, _spec: &NodeSpec, _root: &Path) -> Vec<String> {
+            vec![self.0.to_owned()]
+        }
+        fn info(&self, _spec: &NodeSpec) -> Result<KindInfo, NodeError> {
+            Ok(KindInfo {
+                version: 1,
+                tools: Default::default(),
+                cacheable: true,
+            })
+        }
+        fn describe(&self, _spec: &NodeSpec) -> String {
+            "reads".to_owned()
+        }
+        fn execute(&self, _job: &Job<'_>) -> Result<Outcome, NodeError> {
+            Ok(Outcome::default())
+        }
+    }
+
+    struct OneKind(Reads);
+
+    impl Kinds for OneKind {
+        fn executor(&self, kind: &str) -> Option<&dyn Executor> {
+            (kind == "reads").then_some(&self.0 as &dyn Executor)
+        }
+    }
+
+    #[test]
+    fn an_implied_input_that_cannot_be_read_is_an_error_naming_it() {
+        let p = Project::new(&[(
+            "pipelines/p.yaml",
+            "pipeline: p\nnodes:\n  r:\n    kind: reads\n",
+        )]);
+        let error = load(
+            Path::new("pipelines/p.yaml"),
+            &p.opts(),
+            &OneKind(Reads("data/gone.csv")),
+        )
+        .expect_err("a missing implied input")
+        .to_string();
+        assert!(
+            error.contains(
+                "input `data/gone.csv` of node `r` (named by its configuration) cannot be read"
+            ),
+            "{error}"
+        );
+    }
+}
