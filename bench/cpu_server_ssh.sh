@@ -89,7 +89,8 @@ median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int(
 l=$(median "${local_times[@]}")
 s=$(median "${ssh_times[@]}")
 # The run's node views are links into the cache: follow them.
-points=$(find -L "$project/results/scalability_cpu/latest/nodes" -name summary.json | wc -l)
+# Last ran: the smoke variant on the ssh-server testbed, whose runs `latest-smoke-ssh-server` names.
+points=$(find -L "$project/results/scalability_cpu/latest-smoke-ssh-server/nodes" -name summary.json | wc -l)
 echo "fracflow run cpu --smoke --rerun 'cpu*' ($points points), median of $repeats, load $(cut -d' ' -f1 /proc/loadavg)"
 echo "  in-process server : ${l} s   (${local_times[*]})"
 echo "  server over ssh   : ${s} s   (${ssh_times[*]})"

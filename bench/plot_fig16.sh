@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 repeats=${1:-5}
 cargo build --locked --release -q -p fracflow-cli
 fracflow=target/release/fracflow
-run=$(readlink -f results/scalability/latest)
-[ -f "$run/nodes/aggregate/summary.csv" ] || { echo "no fig16 run: run 'fracflow run fig16 --smoke' first" >&2; exit 2; }
+# The newest full run, else the newest smoke run (each variant has its own `latest` link).
+run=$(readlink -e results/scalability/latest || readlink -e results/scalability/latest-smoke || true)
+[ -n "$run" ] && [ -f "$run/nodes/aggregate/summary.csv" ] || { echo "no fig16 run: run 'fracflow run fig16 --smoke' first" >&2; exit 2; }
 python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install --quiet matplotlib
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

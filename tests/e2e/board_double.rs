@@ -332,21 +332,25 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
         vec![manifest_sha(&sandbox, "frac/jtag/frac.bit")],
         "the fake programfpga.sh programmed the pinned image once"
     );
-    let summary: MeasureSummary = fracflow_record::read_record(
-        &sandbox
-            .results("scalability")
-            .join("latest-smoke-u280-double/nodes/frac[m=4096,k=1,n=4]")
-            .join(SUMMARY_FILE),
-    )
-    .or_else(|_| {
-        fracflow_record::read_record(
-            &sandbox
-                .results("scalability")
-                .join("latest/nodes/frac[m=4096,k=1,n=4]")
-                .join(SUMMARY_FILE),
-        )
-    })
-    .expect("the fRAC point was measured");
+    let latest = sandbox.latest_on("scalability", Some("smoke"), "u280-double");
+    let summary: MeasureSummary =
+        fracflow_record::read_record(&latest.join("nodes/frac[m=4096,k=1,n=4]").join(SUMMARY_FILE))
+            .expect("the fRAC point was measured");
+    // The summary table itself says the numbers came from doubles, row by row.
+    let rows = crate::figures::csv_rows(&latest.join("nodes/aggregate/summary.csv"));
+    assert!(!rows.is_empty(), "no summary rows");
+    for row in &rows {
+        assert_eq!(
+            row.get("testbed").map(String::as_str),
+            Some("u280-double"),
+            "{row:?}"
+        );
+        assert_eq!(
+            row.get("testbed_kind").map(String::as_str),
+            Some("doubles"),
+            "{row:?}"
+        );
+    }
     // What loading a real-size partial over the controller took (the note's figure; doubles, not a board).
     for action in &summary.device {
         eprintln!("board double: {} {}", action.action, action.file);
@@ -402,13 +406,9 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     );
     assert!(
         !sandbox
-            .results("logslot")
-            .join("latest-u280-double/nodes/logit/samples.parquet")
-            .exists()
-            && !sandbox
-                .results("logslot")
-                .join("latest/nodes/logit/samples.parquet")
-                .exists(),
+            .latest_on("logslot", None, "u280-double")
+            .join("nodes/logit/samples.parquet")
+            .exists(),
         "nothing was measured on the slot"
     );
 }

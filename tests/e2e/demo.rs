@@ -27,8 +27,8 @@ fn demo_smoke_runs_then_is_a_no_op() {
     );
     let csv = std::fs::read_to_string(
         sandbox
-            .results("demo")
-            .join("latest/nodes/table/throughput.csv"),
+            .latest_smoke("demo")
+            .join("nodes/table/throughput.csv"),
     )
     .expect("table output");
     let rows: Vec<&str> = csv.lines().collect();

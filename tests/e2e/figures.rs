@@ -30,9 +30,9 @@ fn finished(output: &std::process::Output) -> bool {
     matches!(output.status.code(), Some(0 | 5))
 }
 
-/// The node ids that got `event` in the latest run of `pipeline`.
+/// The node ids that got `event` in the latest smoke run of `pipeline`.
 fn nodes_with(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String> {
-    let events = std::fs::read_to_string(sandbox.results(pipeline).join("latest/events.jsonl"))
+    let events = std::fs::read_to_string(sandbox.latest_smoke(pipeline).join("events.jsonl"))
         .expect("events");
     events
         .lines()
@@ -236,7 +236,7 @@ fn every_figure_pipeline_runs_its_smoke_variant_on_the_emulated_testbed() {
     for (target, pipeline, plot, table, columns, expected) in cases {
         let run = sandbox.run(&["run", target, "--smoke"]);
         assert!(finished(&run), "{target}: {}", text(&run));
-        let latest = sandbox.results(pipeline).join("latest");
+        let latest = sandbox.latest_smoke(pipeline);
         let figure_stem = if *plot == "figure" { "fig16_cpu" } else { plot };
         for ext in ["svg", "png", "pdf"] {
             let file = latest
@@ -421,6 +421,6 @@ fn killing_a_smoke_run_at_random_instants_loses_no_completed_point() {
     );
     let verify = sandbox.run(&["cache", "verify"]);
     assert!(verify.status.success(), "{}", text(&verify));
-    let latest = sandbox.results("scalability").join("latest");
+    let latest = sandbox.latest_smoke("scalability");
     assert!(latest.join("nodes/fig16/fig16.svg").is_file());
 }

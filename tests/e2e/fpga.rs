@@ -7,10 +7,14 @@ use std::process::{Child, Stdio};
 
 use crate::support::{Sandbox, frac_project, text};
 
-/// Node ids by the event they got in the latest run of `pipeline`.
+/// Node ids by the event they got in the latest run of `pipeline` (the pipeline as written).
 fn outcome(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String> {
-    let events = std::fs::read_to_string(sandbox.results(pipeline).join("latest/events.jsonl"))
-        .expect("events");
+    outcome_in(&sandbox.results(pipeline).join("latest"), event)
+}
+
+/// Node ids by the event they got in the run `run` (a run directory or a `latest` link).
+fn outcome_in(run: &std::path::Path, event: &str) -> BTreeSet<String> {
+    let events = std::fs::read_to_string(run.join("events.jsonl")).expect("events");
     events
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -302,12 +306,12 @@ fn measurements_run_in_process_and_are_cached_by_key() {
     let set = format!("device=\"{addr}\"");
     let first = sandbox.run(&["run", "topk", "--smoke", "--set", &set]);
     assert!(first.status.success(), "{}", text(&first));
-    let measured = outcome(&sandbox, "frac-measure", "node_finished");
+    let measured = outcome_in(&sandbox.latest_smoke("frac-measure"), "node_finished");
     assert!(
         measured.contains("measure[m=1024]") && measured.contains("measure[m=4096]"),
         "{measured:?}"
     );
-    let nodes = sandbox.results("frac-measure").join("latest/nodes");
+    let nodes = sandbox.latest_smoke("frac-measure").join("nodes");
     let summary: serde_json::Value = serde_json::from_slice(
         &std::fs::read(nodes.join("measure[m=4096]/summary.json")).expect("summary"),
     )
@@ -321,13 +325,13 @@ fn measurements_run_in_process_and_are_cached_by_key() {
     // Programming is an effect and runs again; the measurements' keys are unchanged, so they are cache hits.
     let second = sandbox.run(&["run", "topk", "--smoke", "--set", &set]);
     assert!(second.status.success(), "{}", text(&second));
-    let cached = outcome(&sandbox, "frac-measure", "node_cached");
+    let cached = outcome_in(&sandbox.latest_smoke("frac-measure"), "node_cached");
     assert!(
         cached.contains("measure[m=1024]") && cached.contains("measure[m=4096]"),
         "{cached:?}"
     );
     assert_eq!(
-        outcome(&sandbox, "frac-measure", "node_finished"),
+        outcome_in(&sandbox.latest_smoke("frac-measure"), "node_finished"),
         ["program".to_owned()].into()
     );
 }

@@ -14,6 +14,7 @@ mod kill;
 mod lock;
 mod orphans;
 mod plan_why;
+mod provenance;
 mod realflow;
 mod refused;
 mod rpcnic;

@@ -67,8 +67,10 @@ impl Lab {
             .collect()
     }
 
+    /// The run `run` made last: a smoke run on `rpcnic-doubles`.
     fn latest(&self, pipeline: &str) -> PathBuf {
-        self.sandbox.results(pipeline).join("latest")
+        self.sandbox
+            .latest_on(pipeline, Some("smoke"), "rpcnic-doubles")
     }
 
     fn manifest(&self, pipeline: &str) -> RunManifest {

@@ -173,7 +173,9 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
             "{node} went through sbatch once:\n{output}"
         );
     }
-    let logs = sandbox.results("frac-bitstreams").join("latest/logs");
+    let logs = sandbox
+        .latest_on("frac-bitstreams", None, "cluster")
+        .join("logs");
     let image_log = std::fs::read_to_string(logs.join("image.log")).expect("image log");
     assert!(image_log.contains("submitted Slurm job"), "{image_log}");
     assert!(
@@ -182,8 +184,8 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
     );
     assert!(
         sandbox
-            .results("frac-bitstreams")
-            .join("latest/nodes/image")
+            .latest_on("frac-bitstreams", None, "cluster")
+            .join("nodes/image")
             .read_dir()
             .is_ok(),
         "the image's outputs were collected"
@@ -227,15 +229,22 @@ fn build_nodes_run_as_slurm_jobs_reattach_after_a_kill_and_report_failures() {
         1,
         "re-attached, not resubmitted"
     );
-    let log =
-        std::fs::read_to_string(sandbox.results("jobs").join("latest/logs/slow.log")).expect("log");
+    let log = std::fs::read_to_string(
+        sandbox
+            .latest_on("jobs", None, "cluster")
+            .join("logs/slow.log"),
+    )
+    .expect("log");
     assert!(
         log.contains(&format!("re-attached to Slurm job {id}")),
         "{log}"
     );
-    let built =
-        std::fs::read_to_string(sandbox.results("jobs").join("latest/nodes/slow/built.txt"))
-            .expect("the job's output, collected");
+    let built = std::fs::read_to_string(
+        sandbox
+            .latest_on("jobs", None, "cluster")
+            .join("nodes/slow/built.txt"),
+    )
+    .expect("the job's output, collected");
     assert!(built.starts_with("built on "), "{built}");
 
     // 3. Ctrl-C while a job runs: the engine scancels the job it submitted, by id.

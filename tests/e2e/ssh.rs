@@ -144,7 +144,9 @@ fn servers_of_ours() -> String {
 }
 
 fn node_logs(sandbox: &Sandbox) -> String {
-    let logs = sandbox.results("scalability_cpu").join("latest/logs");
+    let logs = sandbox
+        .latest_on("scalability_cpu", Some("smoke"), "ssh-server")
+        .join("logs");
     let mut all = String::new();
     for entry in std::fs::read_dir(&logs).expect("logs").flatten() {
         all.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
@@ -203,7 +205,9 @@ fn cpu_servers_start_over_ssh_and_a_server_that_dies_fails_only_its_point() {
         "{logs}"
     );
     assert!(logs.contains("accepts connections on 127.0.0.1:"), "{logs}");
-    let nodes = sandbox.results("scalability_cpu").join("latest/nodes");
+    let nodes = sandbox
+        .latest_on("scalability_cpu", Some("smoke"), "ssh-server")
+        .join("nodes");
     let summaries: Vec<String> = std::fs::read_dir(&nodes)
         .expect("nodes")
         .flatten()

@@ -66,15 +66,19 @@ fn close(actual: f64, expected: f64, relative: f64) -> bool {
     (actual - expected).abs() <= relative * expected.abs()
 }
 
-/// The ids of the nodes that got `event` in the latest run of `pipeline`.
+/// The ids of the nodes that got `event` in the latest smoke run of `pipeline` on `sume-doubles`.
 fn nodes_with(sandbox: &Sandbox, pipeline: &str, event: &str) -> BTreeSet<String> {
-    std::fs::read_to_string(sandbox.results(pipeline).join("latest/events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == event)
-        .filter_map(|e| e["node"].as_str().map(str::to_owned))
-        .collect()
+    std::fs::read_to_string(
+        sandbox
+            .latest_on(pipeline, Some("smoke"), "sume-doubles")
+            .join("events.jsonl"),
+    )
+    .unwrap_or_default()
+    .lines()
+    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    .filter(|e| e["event"] == event)
+    .filter_map(|e| e["node"].as_str().map(str::to_owned))
+    .collect()
 }
 
 /// The seed's FreeBSD 12.1-p7 column as the doubles model it (tests/doubles/sume/_double.py, RATES): pkt-gen
@@ -187,7 +191,7 @@ fn sume_flashes_loads_the_driver_and_tabulates_the_seeds_table_against_tool_doub
             steps.join("\n")
         );
     }
-    let latest = sandbox.results("sume").join("latest");
+    let latest = sandbox.latest_on("sume", Some("smoke"), "sume-doubles");
     let driver_log = std::fs::read_to_string(latest.join("logs/driver.log")).expect("driver log");
     assert!(
         driver_log.contains("interfaces: em0 lo0 sume0 sume1 sume2 sume3"),
@@ -303,12 +307,15 @@ fn sume_flashes_loads_the_driver_and_tabulates_the_seeds_table_against_tool_doub
         "no tool ran the second time"
     );
     // No point runs, so the set-up steps (effects) did not either, and say why.
-    let events: Vec<serde_json::Value> =
-        std::fs::read_to_string(sandbox.results("sume").join("latest/events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(
+        sandbox
+            .latest_on("sume", Some("smoke"), "sume-doubles")
+            .join("events.jsonl"),
+    )
+    .unwrap_or_default()
+    .lines()
+    .filter_map(|l| serde_json::from_str(l).ok())
+    .collect();
     for step in ["rescan", "driver", "configure"] {
         assert!(
             events.iter().any(|e| e["event"] == "node_skipped"
@@ -405,7 +412,7 @@ fn a_watchdog_reset_during_a_point_taints_its_row_and_the_run_exits_5() {
         "{output}"
     );
 
-    let latest = sandbox.results("sume").join("latest");
+    let latest = sandbox.latest_on("sume", Some("smoke"), "sume-doubles");
     let rows = csv_rows(&latest.join("nodes/aggregate/summary.csv"));
     let points: BTreeSet<String> = rows.iter().map(point).collect();
     let expected: BTreeSet<String> = board_points()
@@ -488,7 +495,7 @@ fn interfaces_missing_after_kldload_fail_the_run_before_any_benchmark() {
         output.contains("driver"),
         "the failed node is named: {output}"
     );
-    let latest = sandbox.results("sume").join("latest");
+    let latest = sandbox.latest_on("sume", Some("smoke"), "sume-doubles");
     let log = std::fs::read_to_string(latest.join("logs/driver.log")).expect("driver log");
     assert!(
         log.contains(
@@ -553,7 +560,7 @@ fn sume_loopback_measures_the_same_table_for_real_with_iperf3_netperf_and_sockpe
         started.elapsed().as_secs_f64()
     );
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
-    let latest = sandbox.results("sume-loopback").join("latest");
+    let latest = sandbox.latest_on("sume-loopback", Some("smoke"), "loopback");
     let rows = csv_rows(&latest.join("nodes/aggregate/summary.csv"));
     let mut expected = BTreeSet::new();
     for direction in ["tx-only", "rx-only", "loopback"] {

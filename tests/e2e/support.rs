@@ -53,6 +53,18 @@ impl Sandbox {
     pub fn results(&self, pipeline: &str) -> PathBuf {
         self.path().join("results").join(pipeline)
     }
+
+    /// The `latest` link of `pipeline` that runs of `variant` (`Some("smoke")` for `--smoke`) on `testbed`
+    /// replace: `latest`, `latest-smoke`, `latest-<testbed>`, `latest-smoke-<testbed>` (the engine's rule).
+    pub fn latest_on(&self, pipeline: &str, variant: Option<&str>, testbed: &str) -> PathBuf {
+        self.results(pipeline)
+            .join(fracflow_core::run::latest_link(variant, testbed))
+    }
+
+    /// The `latest` link of `pipeline`'s `--smoke` runs on the emulated testbed.
+    pub fn latest_smoke(&self, pipeline: &str) -> PathBuf {
+        self.latest_on(pipeline, Some("smoke"), "emulated")
+    }
 }
 
 /// A spawned process that is SIGKILLed and reaped when dropped, so a failing assertion leaves nothing running.

@@ -9,7 +9,7 @@ use fracflow_record::{MeasureSummary, SUMMARY_FILE};
 use crate::support::{Sandbox, text};
 
 /// Writes an executable script under `bin/` of the sandbox.
-fn fake(sandbox: &Sandbox, name: &str, body: &str) {
+pub(crate) fn fake(sandbox: &Sandbox, name: &str, body: &str) {
     let path = sandbox.path().join("bin").join(name);
     sandbox.write(
         &format!("bin/{name}"),
@@ -133,7 +133,10 @@ fn the_emulated_testbed_needs_only_a_compiler() {
 /// A "board" that is the emulated device (as a board double, with the pinned Xilinx-framed fixture images)
 /// behind a real-testbed profile: the fake `programfpga.sh` records its arguments and environment, then
 /// programs the device over its management channel, so the slot loads and the measurement that follow are real.
-fn board_project(ready_timeout_s: u32, ping_body: &str) -> (Sandbox, crate::fpga::Stop, String) {
+pub(crate) fn board_project(
+    ready_timeout_s: u32,
+    ping_body: &str,
+) -> (Sandbox, crate::fpga::Stop, String) {
     let sandbox = crate::figures::figures_project();
     crate::board_double::pinned_fixture_artifact(&sandbox);
     let (child, addr) = crate::fpga::serve_board_double(&sandbox);
@@ -160,7 +163,7 @@ fn board_project(ready_timeout_s: u32, ping_body: &str) -> (Sandbox, crate::fpga
     (sandbox, crate::fpga::Stop(child), addr)
 }
 
-fn run_on_board(sandbox: &Sandbox) -> std::process::Output {
+pub(crate) fn run_on_board(sandbox: &Sandbox) -> std::process::Output {
     let path = format!(
         "{}:{}",
         sandbox.path().join("bin").display(),
@@ -212,8 +215,8 @@ fn a_real_testbed_programs_waits_for_the_link_and_measures() {
     assert_eq!(order.iter().filter(|t| **t == "ping").count(), 2, "{calls}");
     let summary: MeasureSummary = fracflow_record::read_record(
         &sandbox
-            .results("scalability")
-            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .latest_on("scalability", Some("smoke"), "board")
+            .join("nodes/frac[m=4096,k=1,n=4]")
             .join(SUMMARY_FILE),
     )
     .expect("the fRAC point was measured");
@@ -239,8 +242,8 @@ fn a_board_that_never_answers_fails_after_the_ready_timeout_and_measures_nothing
     assert!(output.contains("did not answer ping"), "{output}");
     assert!(
         !sandbox
-            .results("scalability")
-            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .latest_on("scalability", Some("smoke"), "board")
+            .join("nodes/frac[m=4096,k=1,n=4]")
             .exists(),
         "nothing measured against a board that is not up"
     );
@@ -248,7 +251,7 @@ fn a_board_that_never_answers_fails_after_the_ready_timeout_and_measures_nothing
 
 /// fperf's documented rr console (docs/tools.md §1.6) and `hugepage_thread_<i>.txt` latencies (§1.7):
 /// thread `i` completes `2 + s + i` requests in second `s`, the `j`-th taking `1000 × (s + 1) + j` ns.
-const FAKE_FPERF: &str = r#"echo "env TPA_ID=$TPA_ID TPA_ETH_DEV=$TPA_ETH_DEV TPA_CFG=$TPA_CFG" >> "$FAKE_LOG"
+pub(crate) const FAKE_FPERF: &str = r#"echo "env TPA_ID=$TPA_ID TPA_ETH_DEV=$TPA_ETH_DEV TPA_CFG=$TPA_CFG" >> "$FAKE_LOG"
 d=3; n=1; D=""
 while [ $# -gt 0 ]; do
   case "$1" in -d) d=$2; shift 2 ;; -n) n=$2; shift 2 ;; -D) D=$2; shift 2 ;; *) shift ;; esac
@@ -351,8 +354,8 @@ fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
     );
     let summary: MeasureSummary = fracflow_record::read_record(
         &sandbox
-            .results("scalability")
-            .join("latest/nodes/frac[m=4096,k=1,n=4]")
+            .latest_on("scalability", Some("smoke"), "board")
+            .join("nodes/frac[m=4096,k=1,n=4]")
             .join(SUMMARY_FILE),
     )
     .expect("the fRAC point was measured");

@@ -34,9 +34,9 @@ fn finished(output: &std::process::Output) -> bool {
     matches!(output.status.code(), Some(0 | 5))
 }
 
-/// The replay node's summary and key in the latest run of azure_trace.
+/// The replay node's summary and key in the latest smoke run of azure_trace.
 fn replay(sandbox: &Sandbox) -> (MeasureSummary, String) {
-    let latest = sandbox.results("azure_trace").join("latest");
+    let latest = sandbox.latest_smoke("azure_trace");
     let summary = fracflow_record::read_record(&latest.join("nodes/replay").join(SUMMARY_FILE))
         .expect("the replay's summary");
     let manifest: RunManifest =
@@ -49,8 +49,8 @@ fn replay(sandbox: &Sandbox) -> (MeasureSummary, String) {
 fn figure(sandbox: &Sandbox) -> String {
     std::fs::read_to_string(
         sandbox
-            .results("azure_trace")
-            .join("latest/nodes/fig18/fig18.svg"),
+            .latest_smoke("azure_trace")
+            .join("nodes/fig18/fig18.svg"),
     )
     .expect("fig18.svg")
 }
@@ -58,8 +58,8 @@ fn figure(sandbox: &Sandbox) -> String {
 fn functions_measured(sandbox: &Sandbox) -> Vec<(String, String)> {
     let rows = csv_rows(
         &sandbox
-            .results("azure_trace")
-            .join("latest/nodes/aggregate/summary.csv"),
+            .latest_smoke("azure_trace")
+            .join("nodes/aggregate/summary.csv"),
     );
     let mut found: Vec<(String, String)> = rows
         .iter()
@@ -92,12 +92,9 @@ fn the_real_trace_file_is_replayed_when_present_and_its_edits_re_measure() {
     // Re-drawn from the run's tables, it still says so.
     let replot = sandbox.run(&["plot", "fig18", "--smoke"]);
     assert_eq!(replot.status.code(), Some(0), "{}", text(&replot));
-    let redrawn = std::fs::read_to_string(
-        sandbox
-            .results("azure_trace")
-            .join("latest/replot/fig18.svg"),
-    )
-    .expect("re-drawn fig18.svg");
+    let redrawn =
+        std::fs::read_to_string(sandbox.latest_smoke("azure_trace").join("replot/fig18.svg"))
+            .expect("re-drawn fig18.svg");
     assert!(
         redrawn.contains("trace replay (synthetic trace)")
             && redrawn.matches("synthetic trace").count() >= 2,
@@ -114,8 +111,8 @@ fn the_real_trace_file_is_replayed_when_present_and_its_edits_re_measure() {
     assert_eq!(real.requests, 15, "every row replayed once");
     let console = std::fs::read_to_string(
         sandbox
-            .results("azure_trace")
-            .join("latest/nodes/replay/console.log"),
+            .latest_smoke("azure_trace")
+            .join("nodes/replay/console.log"),
     )
     .expect("console");
     assert!(console.contains("trace: all 15 rows replayed"), "{console}");

@@ -376,11 +376,14 @@ impl View<'_> {
         }
     }
 
-    /// A row named by its label columns ([`label_columns`]), minus the `where` ones.
+    /// A row named by its label columns ([`label_columns`]), minus the `where` ones and, in a table made from
+    /// measurements, the provenance columns (the same on every row of one testbed, and long).
     fn name(&self, row: usize) -> String {
+        let measured = self.table.is_measured();
         let terms: Vec<String> = label_columns(self.table)
             .into_iter()
             .filter(|c| !self.hidden.contains(c))
+            .filter(|c| !(measured && fracflow_record::PROVENANCE_COLUMNS.contains(&c.as_str())))
             .filter_map(|c| Some(format!("{c}={}", self.table.get(row, c)?.label())))
             .collect();
         if terms.is_empty() {

@@ -857,6 +857,42 @@ mod claims {
     }
 
     #[test]
+    fn a_row_of_a_measured_table_is_named_without_its_provenance_columns() -> TestResult {
+        let mut tables = scalability();
+        let table = tables.get_mut("summary").ok_or("no summary")?;
+        // Label columns are those before the first statistic: the provenance columns go right after `clients`.
+        table.columns.splice(
+            4..4,
+            ["testbed", "testbed_kind", "source"].map(String::from),
+        );
+        for row in &mut table.rows {
+            row.splice(
+                4..4,
+                [
+                    text("emulated"),
+                    text("emulated"),
+                    text("emulated fRAC device; embedded client closed loop"),
+                ],
+            );
+        }
+        assert!(table.is_measured());
+        let claim: Vec<Expectation> = serde_json::from_str(
+            r#"[{"name":"n","where":{"clients":28},"near":{"a":"p99_us","b":"median_us","limit":1.0}}]"#,
+        )?;
+        let verdicts = evaluate(&claim, &tables);
+        let measured = &verdicts.first().ok_or("no verdict")?.measured;
+        assert!(
+            measured.contains("series=CPU, units=1, m=1024"),
+            "{measured}"
+        );
+        assert!(
+            !measured.contains("testbed") && !measured.contains("source="),
+            "{measured}"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn grows() -> TestResult {
         assert_verdict(
             r#"{"name":"g","where":{"series":"CPU"},"grows":{"x":"clients","y":"median_us","by":["units","m"]}}"#,

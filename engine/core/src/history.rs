@@ -8,13 +8,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::graph::{Graph, NodeIndex};
-use crate::run::{node_dir_name, read_manifest};
+use crate::run::{is_latest_link, node_dir_name, read_manifest};
 
 /// The cache keys referenced by the newest `per_pipeline` runs of every pipeline under `results`.
 ///
-/// A run counts when its directory holds a `manifest.json`; the `latest` symlink is skipped so the run it
+/// A run counts when its directory holds a `manifest.json`; the `latest` symlinks are skipped so the run one
 /// points at is not counted twice. A missing `results` folder references nothing. Run ids sort by their
-/// start time (`RunDir::create` names them so), which is what "newest" means here.
+/// start time (`RunDir::create` names them so), which is what "newest" means here. The run every `latest` link
+/// points at ([`crate::run::latest_link`]) is kept too, however old: `fracflow plot` re-draws from it, and the
+/// last full run must not lose its cache entries to a series of smoke runs.
 pub fn recent_keys(results: &Path, per_pipeline: usize) -> io::Result<HashSet<String>> {
     let mut keep = HashSet::new();
     let pipelines = match fs::read_dir(results) {
@@ -33,12 +35,40 @@ pub fn recent_keys(results: &Path, per_pipeline: usize) -> io::Result<HashSet<St
             .filter(|p| p.join("manifest.json").is_file() && !p.is_symlink())
             .collect();
         runs.sort();
-        for run in runs.iter().rev().take(per_pipeline) {
+        let mut kept: Vec<PathBuf> = runs.iter().rev().take(per_pipeline).cloned().collect();
+        for linked in latest_targets(&dir)? {
+            if !kept.contains(&linked) {
+                kept.push(linked);
+            }
+        }
+        for run in &kept {
             let manifest = read_manifest(run)?;
             keep.extend(manifest.nodes.into_values().filter_map(|r| r.key));
         }
     }
     Ok(keep)
+}
+
+/// The run directories the `latest` links of one pipeline's folder point at (as `<dir>/<run-id>`, the form
+/// `recent_keys` lists runs in); a link to a run that is gone points at nothing to keep.
+fn latest_targets(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut targets = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| with_path(dir, e))? {
+        let path = entry.map_err(|e| with_path(dir, e))?.path();
+        let is_link = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(is_latest_link);
+        if !is_link || !path.is_symlink() {
+            continue;
+        }
+        let target = fs::read_link(&path).map_err(|e| with_path(&path, e))?;
+        let run = dir.join(target);
+        if run.join("manifest.json").is_file() {
+            targets.push(run);
+        }
+    }
+    Ok(targets)
 }
 
 /// A dependency whose outputs the run directory does not hold.
@@ -111,6 +141,7 @@ mod tests {
             command: vec!["fracflow".to_owned(), "run".to_owned()],
             host: "test-host".to_owned(),
             testbed: "emulated".to_owned(),
+            variant: None,
             testbed_profile: serde_json::Value::Null,
             git: None,
         }
@@ -145,6 +176,35 @@ mod tests {
             .map(str::to_owned)
             .collect();
         assert_eq!(keep, expected, "the oldest run of demo is not kept");
+        Ok(())
+    }
+
+    #[test]
+    fn keeps_the_run_each_latest_link_points_at_however_old() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let results = dir.path().join("results");
+        let graph =
+            Graph::build(vec![node("a", &[])]).map_err(|e| io::Error::other(format!("{e:?}")))?;
+        let full = run_with_key(&results, "demo", &graph, "full")?;
+        let mut smoke = meta();
+        smoke.variant = Some("smoke".to_owned());
+        for key in ["smoke-1", "smoke-2", "smoke-3"] {
+            let mut run = RunDir::create(&results, "demo", &smoke, &graph)?;
+            run.record_mut("a", "command").key = Some(key.to_owned());
+            run.write_manifest()?;
+        }
+        assert!(
+            fs::read_link(results.join("demo/latest"))?
+                .ends_with(full.file_name().ok_or_else(|| io::Error::other("run id"))?),
+            "smoke runs leave `latest` alone"
+        );
+        let keep = recent_keys(&results, 1)?;
+        let expected: HashSet<String> =
+            ["full", "smoke-3"].into_iter().map(str::to_owned).collect();
+        assert_eq!(
+            keep, expected,
+            "the newest run, and the full run `latest` names"
+        );
         Ok(())
     }
 

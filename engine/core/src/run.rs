@@ -26,6 +26,9 @@ pub struct RunMeta {
     pub command: Vec<String>,
     pub host: String,
     pub testbed: String,
+    /// The variant laid over the pipeline (`smoke` for `--smoke`), `None` for the pipeline as written; with
+    /// `testbed` it names the run's `latest` link ([`latest_link`]).
+    pub variant: Option<String>,
     /// The profile as used (kind, adaptation, lowered params), recorded in the manifest.
     pub testbed_profile: serde_json::Value,
     pub git: Option<fracflow_record::manifest::GitState>,
@@ -65,7 +68,8 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Creates `results/<pipeline>/<run-id>/` (a fresh id) and points `latest` at it.
+    /// Creates `results/<pipeline>/<run-id>/` (a fresh id) and points its variant's and testbed's `latest` link
+    /// ([`latest_link`]) at it.
     pub fn create(
         results: &Path,
         pipeline: &str,
@@ -121,7 +125,11 @@ impl RunDir {
         };
         let run = RunDir::with_manifest(dir, manifest)?;
         run.write_manifest()?;
-        point_latest(&base, &run_id)?;
+        point_latest(
+            &base,
+            &latest_link(meta.variant.as_deref(), &meta.testbed),
+            &run_id,
+        )?;
         Ok(run)
     }
 
@@ -268,10 +276,61 @@ fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
     fs::hard_link(from, to).or_else(|_| fs::copy(from, to).map(|_| ()))
 }
 
-/// Replaces `<base>/latest` atomically: a new symlink under a temporary name, renamed over the old one.
-fn point_latest(base: &Path, run_id: &str) -> io::Result<()> {
-    // Unique per machine too: two engines on one project may point `latest` at the same moment.
-    let tmp = base.join(format!(".latest.{}", fracflow_record::unique_suffix()));
+/// The testbed whose runs own the plain `latest` link (the CLI's default `--testbed`).
+pub const DEFAULT_TESTBED: &str = "emulated";
+
+/// The name of the link under `results/<pipeline>/` that points at the newest run of `variant` on `testbed`:
+/// `latest` (no variant, the default testbed), `latest-<variant>` (`latest-smoke`), `latest-<testbed>`, and
+/// `latest-<variant>-<testbed>`. Names are used as written, except that a `/` becomes `_` so a link stays in
+/// its pipeline's folder. A smoke run, or a run on another testbed, thus never replaces what `fracflow plot`
+/// re-draws by default.
+pub fn latest_link(variant: Option<&str>, testbed: &str) -> String {
+    let mut name = String::from(LATEST);
+    for part in [variant, (testbed != DEFAULT_TESTBED).then_some(testbed)]
+        .into_iter()
+        .flatten()
+    {
+        name.push('-');
+        name.push_str(&part.replace('/', "_"));
+    }
+    name
+}
+
+/// Every `latest` link's name starts so ([`latest_link`]).
+const LATEST: &str = "latest";
+
+/// Whether `name` (an entry of `results/<pipeline>/`) is one of the `latest` links [`latest_link`] names.
+pub fn is_latest_link(name: &str) -> bool {
+    name == LATEST || name.starts_with("latest-")
+}
+
+/// Replaces `<base>/<link>` atomically: a new symlink under a temporary name, renamed over the old one.
+fn point_latest(base: &Path, link: &str, run_id: &str) -> io::Result<()> {
+    // Unique per machine too: two engines on one project may point a link at the same moment.
+    let tmp = base.join(format!(".{link}.{}", fracflow_record::unique_suffix()));
     std::os::unix::fs::symlink(run_id, &tmp)?;
-    fs::rename(&tmp, base.join("latest"))
+    fs::rename(&tmp, base.join(link))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_variant_and_testbed_has_its_own_latest_link() {
+        assert_eq!(latest_link(None, DEFAULT_TESTBED), "latest");
+        assert_eq!(latest_link(Some("smoke"), DEFAULT_TESTBED), "latest-smoke");
+        assert_eq!(latest_link(None, "u280-direct"), "latest-u280-direct");
+        assert_eq!(
+            latest_link(Some("smoke"), "u280-direct"),
+            "latest-smoke-u280-direct"
+        );
+        assert_eq!(latest_link(Some("a/b"), "emulated"), "latest-a_b");
+        for name in ["latest", "latest-smoke", "latest-smoke-u280-direct"] {
+            assert!(is_latest_link(name), "{name}");
+        }
+        for name in ["2026-01-01T000000", ".latest.x", "latestish"] {
+            assert!(!is_latest_link(name), "{name}");
+        }
+    }
 }

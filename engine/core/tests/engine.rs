@@ -116,6 +116,7 @@ fn run_with(
         command: vec![],
         host: "test".into(),
         testbed: "none".into(),
+        variant: None,
         testbed_profile: serde_json::Value::Null,
         git: None,
     };
@@ -548,6 +549,7 @@ fn two_engines_on_one_cache_build_each_key_once() {
             command: vec![],
             host: "test".into(),
             testbed: "none".into(),
+            variant: None,
             testbed_profile: serde_json::Value::Null,
             git: None,
         };

@@ -316,6 +316,7 @@ fn plan_then_run(
         command: vec![],
         host: "test".into(),
         testbed: "none".into(),
+        variant: None,
         testbed_profile: serde_json::Value::Null,
         git: None,
     };

@@ -9,8 +9,8 @@ use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
 use fracflow_core::{ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
 use fracflow_record::{
-    Cell, ExpectationResult, METRICS_FILE, MeasureSummary, MetricsRecord, Provenance, SUMMARY_FILE,
-    Table,
+    Cell, ExpectationResult, METRICS_FILE, MeasureSource, MeasureSummary, MetricsRecord,
+    Provenance, SUMMARY_FILE, Table,
 };
 
 use crate::config;
@@ -107,8 +107,8 @@ impl Executor for AggregateKind {
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         aggregate_spec(spec).map_err(|p| first_problem(spec, &p))?;
-        // 2: `stats: metrics` and `compare.op`.
-        Ok(info(2))
+        // 2: `stats: metrics` and `compare.op`; 3: the provenance columns of measured tables.
+        Ok(info(3))
     }
 
     fn describe(&self, spec: &NodeSpec) -> String {
@@ -183,6 +183,10 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
             continue;
         }
         let summary: MeasureSummary = read_dependency_record(job, &path)?;
+        let provenance = |labels| {
+            with_provenance(labels, &summary.source)
+                .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))
+        };
         let labels = summary.label_cells();
         match summary.member_labels() {
             // Client processes that ran at once with labels of their own: one point each.
@@ -191,14 +195,14 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
                     let mut labels = labels.clone();
                     labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
                     points.push(PointSource {
-                        labels,
+                        labels: provenance(labels)?,
                         dir: dir.clone(),
                         member: Some(member as u64),
                     });
                 }
             }
             None => points.push(PointSource {
-                labels,
+                labels: provenance(labels)?,
                 dir: dir.clone(),
                 member: None,
             }),
@@ -211,6 +215,26 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
         ));
     }
     Ok(points)
+}
+
+/// A measured point's labels with the columns that say where its numbers came from
+/// ([`fracflow_record::PROVENANCE_COLUMNS`]), so every table made from it carries them. A label of the same name
+/// would hide them (or be silently replaced), so it is refused.
+fn with_provenance(
+    mut labels: BTreeMap<String, Cell>,
+    source: &MeasureSource,
+) -> Result<BTreeMap<String, Cell>, String> {
+    for (column, value) in source.columns() {
+        if labels.contains_key(column) {
+            return Err(format!(
+                "the point has a label `{column}`, the name of a column aggregate adds to say where the numbers \
+                 came from ({}); rename the label",
+                fracflow_record::PROVENANCE_COLUMNS.join(", ")
+            ));
+        }
+        labels.insert(column.to_owned(), Cell::Text(value));
+    }
+    Ok(labels)
 }
 
 /// Every table (`NAME.parquet`, else `NAME.csv`) in the dependencies' outputs, by name.
@@ -247,12 +271,12 @@ pub fn tables_in<'a>(
     Ok(tables)
 }
 
-/// Who produced a figure's numbers: the tools a table names in its `source` column (tool-driven artifacts such
-/// as RPCNIC and SUME), else the client the testbed measures with.
-fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
+/// The distinct tools the tables not made from measurements name in their `source` column (tool-driven
+/// artifacts such as RPCNIC and SUME set it from a param), in order of appearance.
+pub fn tool_sources<'t>(tables: impl IntoIterator<Item = &'t Table>) -> Vec<String> {
     let mut sources: Vec<String> = Vec::new();
-    for table in tables.values() {
-        if let Some(column) = table.columns.iter().position(|c| c == "source") {
+    for table in tables.into_iter().filter(|t| !t.is_measured()) {
+        if let Some(column) = table.column("source") {
             for row in &table.rows {
                 if let Some(Cell::Text(source)) = row.get(column)
                     && !sources.contains(source)
@@ -262,8 +286,45 @@ fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> Str
             }
         }
     }
-    if !sources.is_empty() {
-        return format!("numbers from the pipeline's tools ({})", sources.join(", "));
+    sources
+}
+
+/// A footer's words for numbers a pipeline's own tools produced.
+pub fn tools_phrase(sources: &[String]) -> String {
+    format!("numbers from the pipeline's tools ({})", sources.join(", "))
+}
+
+/// Who produced the numbers of `tables`, in a figure footer's words: the distinct clients the `source` column of
+/// measured tables names ([`MeasureSource::client_in`], e.g. `real fperf through the adapter`), else the tools
+/// the other tables name there (tool-driven artifacts such as RPCNIC and SUME); `None` when no table says.
+/// A fresh figure and its re-drawing (`redraw`) read their footer from the same tables through this.
+pub fn client_in_tables<'t>(tables: impl IntoIterator<Item = &'t Table> + Clone) -> Option<String> {
+    let mut clients: Vec<&str> = Vec::new();
+    for table in tables.clone().into_iter().filter(|t| t.is_measured()) {
+        let Some(column) = table.column("source") else {
+            continue;
+        };
+        for row in &table.rows {
+            if let Some(Cell::Text(source)) = row.get(column) {
+                let client = MeasureSource::client_in(source);
+                if !clients.contains(&client) {
+                    clients.push(client);
+                }
+            }
+        }
+    }
+    if !clients.is_empty() {
+        return Some(clients.join(" + "));
+    }
+    let tools = tool_sources(tables);
+    (!tools.is_empty()).then(|| tools_phrase(&tools))
+}
+
+/// Who produced a figure's numbers: what its tables say ([`client_in_tables`]), else the client the testbed
+/// measures with (tables a `command` node wrote carry no provenance columns).
+fn client_of(tables: &BTreeMap<String, Table>, session: Option<&Session>) -> String {
+    if let Some(client) = client_in_tables(tables.values()) {
+        return client;
     }
     let real_fperf = session.is_some_and(|s| s.profile().measures_with_fperf());
     if real_fperf {
@@ -334,16 +395,21 @@ impl Executor for PlotKind {
 }
 
 /// Re-draws the figure of `plot` node `spec` from the tables in `dep_dirs` (its dependencies' outputs in a run
-/// directory) into `out_dir`, without running anything else.
+/// directory) into `out_dir`, without running anything else. `run` is the run's provenance
+/// ([`crate::report::run_provenance`]); the footer names the client the tables name, as the figure drawn in the
+/// run did, and the run's own measurements' client where the tables name none (tables from before they did).
 pub fn redraw(
     spec: &NodeSpec,
     dep_dirs: &[PathBuf],
-    provenance: &Provenance,
+    run: &Provenance,
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let mut plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
     let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
-    let mut provenance = provenance.clone();
+    let mut provenance = run.clone();
+    if let Some(client) = client_in_tables(tables.values()) {
+        provenance.client = client;
+    }
     mark_synthetic_trace(&mut plot, &mut provenance, &tables);
     fracflow_plot::draw(&plot, &tables, &provenance, out_dir).map_err(|e| e.to_string())
 }
@@ -471,5 +537,87 @@ impl Executor for CheckKind {
             ),
         ]);
         Ok(Outcome { metrics })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> MeasureSource {
+        MeasureSource {
+            testbed: "u280-direct".to_owned(),
+            testbed_kind: "doubles".to_owned(),
+            host: "client-host".to_owned(),
+            target: "172.24.1.52:2888".to_owned(),
+            against: "fRAC device".to_owned(),
+            client: "real fperf (libtpa/DPDK) through the adapter".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_measured_point_carries_its_testbed_kind_and_source() -> Result<(), String> {
+        let labels = BTreeMap::from([("n".to_owned(), Cell::Num(4.0))]);
+        let labels = with_provenance(labels, &source())?;
+        assert_eq!(
+            labels.get("testbed"),
+            Some(&Cell::Text("u280-direct".into()))
+        );
+        assert_eq!(
+            labels.get("testbed_kind"),
+            Some(&Cell::Text("doubles".into()))
+        );
+        assert_eq!(
+            labels.get("source"),
+            Some(&Cell::Text(
+                "fRAC device; real fperf through the adapter".into()
+            ))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_label_named_like_a_provenance_column_is_refused() {
+        let labels = BTreeMap::from([("source".to_owned(), Cell::Text("mine".into()))]);
+        let refused = with_provenance(labels, &source()).expect_err("a colliding label");
+        assert_eq!(
+            refused,
+            "the point has a label `source`, the name of a column aggregate adds to say where the numbers came \
+             from (testbed, testbed_kind, source); rename the label"
+        );
+    }
+
+    #[test]
+    fn only_tables_not_made_from_measurements_name_tools() {
+        let mut measured = Table::new(
+            ["n", "testbed", "testbed_kind", "source", "median_us"]
+                .map(String::from)
+                .to_vec(),
+        );
+        measured.rows.push(vec![
+            Cell::Num(1.0),
+            Cell::Text("emulated".into()),
+            Cell::Text("emulated".into()),
+            Cell::Text("emulated fRAC device; embedded client closed loop".into()),
+            Cell::Num(7.5),
+        ]);
+        let mut tools = Table::new(["design", "source", "speed"].map(String::from).to_vec());
+        tools.rows.push(vec![
+            Cell::Text("one-shot".into()),
+            Cell::Text("doubles".into()),
+            Cell::Num(3.0),
+        ]);
+        assert!(tool_sources([&measured]).is_empty());
+        assert_eq!(tool_sources([&measured, &tools]), ["doubles"]);
+        assert_eq!(
+            client_in_tables([&measured, &tools]).as_deref(),
+            Some("embedded client closed loop"),
+            "a measured table names its client, whatever other tables say"
+        );
+        assert_eq!(
+            client_in_tables([&tools]).as_deref(),
+            Some("numbers from the pipeline's tools (doubles)")
+        );
+        assert_eq!(client_in_tables(std::iter::empty::<&Table>()), None);
     }
 }

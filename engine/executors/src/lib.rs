@@ -168,10 +168,11 @@ pub mod host {
         })
     }
 
-    /// Run facts for a run started with `command` on `testbed`.
+    /// Run facts for a run of `variant` (None: the pipeline as written) started with `command` on `testbed`.
     pub fn run_meta(
         root: &Path,
         command: Vec<String>,
+        variant: Option<String>,
         testbed: &str,
         testbed_profile: serde_json::Value,
     ) -> RunMeta {
@@ -180,6 +181,7 @@ pub mod host {
             command,
             host: name(),
             testbed: testbed.to_owned(),
+            variant,
             testbed_profile,
             git: git_state(root),
         }

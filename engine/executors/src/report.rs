@@ -38,6 +38,51 @@ pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
     }
 }
 
+/// Where the numbers of the run in `run_dir` came from, as its own records say: the manifest's testbed, kind and
+/// host, and who made the requests as each measurement's `summary.json` records it ([`fracflow_record::MeasureSource::words`],
+/// e.g. `fRAC device; real fperf through the adapter`), else the tools its aggregate tables name in their
+/// `source` column. The run's report page and `fracflow plot` both stamp this, so a re-drawn figure says what
+/// the run measured with, not what this build would.
+pub fn run_provenance(run_dir: &Path, manifest: &RunManifest) -> Provenance {
+    let mut measured: Vec<String> = Vec::new();
+    let mut tables = Vec::new();
+    for (id, record) in &manifest.nodes {
+        let dir = run_dir.join("nodes").join(node_dir_name(id));
+        match record.kind.as_str() {
+            "measure" => {
+                // A summary this build cannot read says nothing here; the aggregate node that reads it fails,
+                // naming the file and the field.
+                let path = dir.join(SUMMARY_FILE);
+                if let Ok(summary) = fracflow_record::read_record::<MeasureSummary>(&path) {
+                    let words = summary.source.words();
+                    if !measured.contains(&words) {
+                        measured.push(words);
+                    }
+                }
+            }
+            "aggregate" => {
+                for name in record.outputs.keys().filter(|n| n.ends_with(".csv")) {
+                    if let Ok(table) = fracflow_aggregate::read_table(&dir.join(name)) {
+                        tables.push(table);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let client = if !measured.is_empty() {
+        measured.join(" + ")
+    } else {
+        let tools = crate::analysis::tool_sources(&tables);
+        if tools.is_empty() {
+            String::new()
+        } else {
+            crate::analysis::tools_phrase(&tools)
+        }
+    };
+    provenance(manifest, &client)
+}
+
 /// Writes `<run_dir>/report.html` for the run whose manifest is in `run_dir`; `cache` supplies the tool versions
 /// recorded in each node's fingerprint.
 pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, String> {
@@ -54,7 +99,6 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
     let mut build: Vec<(String, String)> = Vec::new();
     let mut tools: BTreeMap<String, String> = BTreeMap::new();
     let mut device: BTreeMap<String, String> = BTreeMap::new();
-    let mut clients: Vec<String> = Vec::new();
     for (id, record) in &manifest.nodes {
         let dir = node_dir(id);
         // Only the FPGA and measurement kinds record tools; reading every entry of a 10 000-node command
@@ -113,13 +157,6 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
                     for action in summary.device {
                         device.insert(action.file, action.sha);
                     }
-                    let client = format!(
-                        "{} against the {}",
-                        summary.source.client, summary.source.against
-                    );
-                    if !clients.contains(&client) {
-                        clients.push(client);
-                    }
                 }
             }
             _ => {}
@@ -169,7 +206,7 @@ pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, 
         })
         .collect();
     let report = Report {
-        provenance: provenance(&manifest, &clients.join("; ")),
+        provenance: run_provenance(run_dir, &manifest),
         title: format!("{} — run {}", manifest.pipeline, manifest.run_id),
         figures,
         tables,

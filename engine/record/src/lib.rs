@@ -15,7 +15,10 @@ pub mod table;
 pub use atomic::{atomic_replace, atomic_write, fsync_dir, unique_suffix};
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
-pub use measure::{CONSOLE_FILE, MeasureSummary, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE};
+pub use measure::{
+    CONSOLE_FILE, MeasureSource, MeasureSummary, PROVENANCE_COLUMNS, SAMPLES_FILE, SECONDS_FILE,
+    SUMMARY_FILE,
+};
 pub use metrics::{METRICS_FILE, MetricsRecord};
 pub use read::{RecordError, Versioned, read_record, write_record};
 pub use samples::{ColumnType, SampleColumn};

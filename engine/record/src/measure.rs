@@ -103,6 +103,55 @@ pub struct MeasureSource {
     pub client: String,
 }
 
+/// The columns every table made from measurements carries, in this order, from each point's [`MeasureSource`]
+/// ([`MeasureSource::columns`]): a table copied out of its run still says where its numbers came from.
+pub const PROVENANCE_COLUMNS: [&str; 3] = ["testbed", "testbed_kind", "source"];
+
+impl MeasureSource {
+    /// The `source` column: what answered and which client asked, each without the details in parentheses and
+    /// without commas, so that a table split naively on commas stays aligned (`emulated fRAC device; embedded
+    /// client closed loop`, `fRAC device; real fperf through the adapter`).
+    pub fn words(&self) -> String {
+        format!("{}; {}", headline(&self.against), headline(&self.client))
+    }
+
+    /// The client half of a `source` column's value ([`MeasureSource::words`]): `embedded client closed loop`,
+    /// `real fperf through the adapter`; a value not written so is returned whole.
+    pub fn client_in(source_column: &str) -> &str {
+        source_column
+            .split_once("; ")
+            .map_or(source_column, |(_, client)| client)
+    }
+
+    /// The values of [`PROVENANCE_COLUMNS`] for this point.
+    pub fn columns(&self) -> [(&'static str, String); 3] {
+        let [testbed, kind, source] = PROVENANCE_COLUMNS;
+        [
+            (testbed, self.testbed.clone()),
+            (kind, self.testbed_kind.clone()),
+            (source, self.words()),
+        ]
+    }
+}
+
+/// A phrase without its parenthesised details and commas: `embedded client, closed loop (fperf rr)` →
+/// `embedded client closed loop`; `real fperf (libtpa/DPDK) through the adapter` → `real fperf through the
+/// adapter`.
+fn headline(words: &str) -> String {
+    let mut kept = String::with_capacity(words.len());
+    let mut depth = 0usize;
+    for c in words.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' => {}
+            _ if depth == 0 => kept.push(c),
+            _ => {}
+        }
+    }
+    kept.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// One thing the session did to the device: programmed an image or loaded a partial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceAction {
@@ -230,6 +279,39 @@ impl TraceReport {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_source_column_says_what_answered_and_who_asked_without_details() {
+        let source = |against: &str, client: &str| super::MeasureSource {
+            testbed: "emulated".into(),
+            testbed_kind: "emulated".into(),
+            host: "h".into(),
+            target: "127.0.0.1:2888".into(),
+            against: against.into(),
+            client: client.into(),
+        };
+        let emulated = source(
+            "emulated fRAC device (software, this host)",
+            "embedded client, closed loop (fperf rr)",
+        );
+        assert_eq!(
+            emulated.words(),
+            "emulated fRAC device; embedded client closed loop"
+        );
+        let board = source(
+            "fRAC device",
+            "real fperf (libtpa/DPDK) through the adapter",
+        );
+        assert_eq!(board.words(), "fRAC device; real fperf through the adapter");
+        assert_eq!(
+            super::MeasureSource::client_in(&board.words()),
+            "real fperf through the adapter"
+        );
+        assert_eq!(super::MeasureSource::client_in("measured"), "measured");
+        let columns = emulated.columns();
+        assert_eq!(columns.map(|(name, _)| name), super::PROVENANCE_COLUMNS);
+        assert_eq!(emulated.columns()[1].1, "emulated");
+    }
+
     use super::*;
     use crate::read::{RecordError, read_record, write_record};
 

@@ -74,6 +74,15 @@ impl Table {
         self.columns.iter().position(|c| c == name)
     }
 
+    /// Whether the table was made from measurements: it carries every column of
+    /// [`crate::measure::PROVENANCE_COLUMNS`]. Its `source` column then names a testbed's device and client,
+    /// not a pipeline's tools, and none of the three tells its rows apart.
+    pub fn is_measured(&self) -> bool {
+        crate::measure::PROVENANCE_COLUMNS
+            .iter()
+            .all(|column| self.column(column).is_some())
+    }
+
     /// The cell of `row` in column `name`.
     pub fn get(&self, row: usize, name: &str) -> Option<&Cell> {
         let col = self.column(name)?;

@@ -15,7 +15,8 @@ use crate::select::Select;
 pub struct PlotArgs {
     #[command(flatten)]
     pub select: Select,
-    /// The run directory (default: results/<pipeline>/latest).
+    /// The run directory (default: the `latest` link of the chosen variant and testbed under
+    /// results/<pipeline>/: `latest`, `latest-smoke`, `latest-<testbed>`, `latest-smoke-<testbed>`).
     #[arg(long, value_name = "RUN_DIR")]
     pub run: Option<PathBuf>,
     /// Where to write the figures (default: <RUN_DIR>/replot).
@@ -32,18 +33,30 @@ pub fn run(project: &Project, args: &PlotArgs) -> Result<Exit> {
             .root
             .join("results")
             .join(&loaded.pipeline.name)
-            .join("latest"),
+            .join(fracflow_core::run::latest_link(
+                args.select.variant().as_deref(),
+                &args.select.testbed,
+            )),
     };
     let manifest = fracflow_core::run::read_manifest(&run_dir).map_err(|e| {
+        let hint = match &args.run {
+            Some(_) => "name a run directory under results/<pipeline>/ with --run".to_owned(),
+            None => format!(
+                "`{}` makes it, or name a run with --run",
+                run_command(&args.select)
+            ),
+        };
         Error::bad_input_because(
-            format!("no run to re-draw in {}", run_dir.display()),
+            format!("no run to re-draw in {}", shown(&project.root, &run_dir)),
             e,
-            "run the pipeline first, or name a run with --run",
+            hint,
         )
     })?;
     let out_dir = args.out.clone().unwrap_or_else(|| run_dir.join("replot"));
     prepare_out_dir(&out_dir)?;
-    let provenance = fracflow_executors::report::provenance(&manifest, "embedded client");
+    // The run's own provenance, as its report page says it (who measured is in its measurements' summaries);
+    // each figure's footer then names the client its tables name, as the figure drawn in the run did.
+    let provenance = fracflow_executors::report::run_provenance(&run_dir, &manifest);
     let graph = &loaded.graph;
     let mut drawn = 0;
     for index in graph.closure(&targets) {
@@ -61,11 +74,27 @@ pub fn run(project: &Project, args: &PlotArgs) -> Result<Exit> {
         drawn += 1;
     }
     eprintln!(
-        "re-drew {drawn} figure(s) from run {} in {:.2}s",
+        "re-drew {drawn} figure(s) from run {} ({}, testbed {}) in {:.2}s",
         manifest.run_id,
+        shown(&project.root, &run_dir),
+        manifest.testbed,
         started.elapsed().as_secs_f64()
     );
     Ok(Exit::Ok)
+}
+
+/// The `fracflow run` command whose run the default `latest` link of these flags points at.
+fn run_command(select: &Select) -> String {
+    let mut command = format!("fracflow run {}", select.target);
+    if select.smoke {
+        command.push_str(" --smoke");
+    } else if let Some(variant) = &select.variant {
+        command.push_str(&format!(" --variant {variant}"));
+    }
+    if select.testbed != fracflow_core::run::DEFAULT_TESTBED {
+        command.push_str(&format!(" --testbed {}", select.testbed));
+    }
+    command
 }
 
 /// `--out DIR` exists as a directory fracflow may write into, checked before anything is drawn: a file named

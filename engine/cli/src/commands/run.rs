@@ -83,6 +83,7 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     let meta = fracflow_executors::host::run_meta(
         &project.root,
         command,
+        select.variant(),
         &select.testbed,
         testbed.as_used(&loaded.adapted),
     );
