@@ -23,9 +23,25 @@ fn real_testbed(sandbox: &Sandbox) {
     sandbox.write(
         "hw/testbeds/board.yaml",
         &format!(
-            "kind: real\ndescription: a board\ndevice:\n  addr: \"10.9.8.7:2888\"\nboard:\n  vivado_root: {root}/vivado\n  programfpga: scripts/programfpga.sh\nserver:\n  host: srv\n  addr: 10.9.8.6\n  sudo: sudo -n\n"
+            "kind: real\ndescription: a board\ndevice:\n  addr: \"10.9.8.7:2888\"\nboard:\n  vivado_root: {root}/vivado\n  programfpga: scripts/programfpga.sh\nserver:\n  host: srv\n  addr: 10.9.8.6\n  sudo: sudo -n\nimages:\n  source: prebuilt\n  artifact: artifact/example\n"
         ),
     );
+    // Pinned images for `testbed check` to verify: a Xilinx-framed full image and one partial.
+    let example = sandbox.path().join("artifact/example/frac");
+    std::fs::create_dir_all(example.join("jtag")).expect("mkdir");
+    std::fs::create_dir_all(example.join("icap")).expect("mkdir");
+    let bit = fracflow_proto::bitstream::make_bit_file(
+        "frac_top",
+        "xcu280-fsvh2892-2L-e",
+        "d",
+        "t",
+        b"frames",
+    );
+    std::fs::write(example.join("jtag/frac.bit"), bit).expect("image");
+    let bin = fracflow_proto::bitstream::make_bin_file(b"frames");
+    std::fs::write(example.join("icap/c00_f00.bin"), bin).expect("partial");
+    let import = sandbox.run(&["bitstreams", "import", "artifact"]);
+    assert!(import.status.success(), "{}", text(&import));
     fake(sandbox, "../scripts/programfpga.sh", "exit 0");
     fake(sandbox, "../vivado/bin/vivado", "exit 0");
     fake(
