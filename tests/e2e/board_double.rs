@@ -318,7 +318,7 @@ fn a_board_double_in_its_own_namespace_gets_only_pinned_real_bitstreams_checked_
     assert!(programs_at < loads_at, "{shown}");
     assert!(shown.contains("then check it answers as top_k"), "{shown}");
     assert!(
-        shown.contains("programming, settling and loading the board"),
+        shown.contains("the testbed session: programming, settling, slot loads, server starts"),
         "{shown}"
     );
 

@@ -93,7 +93,7 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
         human::seconds(seconds),
         if board_seconds > 0.0 {
             format!(
-                " (of which {} programming, settling and loading the board)",
+                " (of which {} the testbed session: programming, settling, slot loads, server starts)",
                 human::seconds(board_seconds)
             )
         } else {
