@@ -124,6 +124,7 @@ impl Sources {
         let mut options = serde_saphyr::options::Options::default();
         options.with_snippet = false;
         options.strict_booleans = true;
+        options.budget = Some(budget_for(text.len()));
         let parsed: Result<Spanned<Raw>, serde_saphyr::Error> =
             serde_saphyr::from_str_with_options(text, options);
         match parsed {
@@ -285,4 +286,15 @@ fn convert(raw: Spanned<Raw>, file: u32) -> Result<Node, (Loc, String)> {
         }
     };
     Ok(Node { loc, val })
+}
+
+/// The parser's limits for a file of `len` bytes. The guard against alias bombs (a few lines that expand into
+/// millions of nodes) stays, but grows with the file: without aliases every YAML node takes at least one byte
+/// of text, so one node and two events per byte admit any explicit pipeline (100 000 nodes are about 10 MB)
+/// while still bounding what aliases may add to what is written.
+fn budget_for(len: usize) -> serde_saphyr::budget::Budget {
+    let mut budget = serde_saphyr::budget::Budget::default();
+    budget.max_nodes = budget.max_nodes.max(len);
+    budget.max_events = budget.max_events.max(len.saturating_mul(2));
+    budget
 }

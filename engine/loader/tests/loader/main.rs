@@ -1297,6 +1297,43 @@ mod scale {
         assert_eq!(loaded.pipeline.nodes.len(), 10_000);
         assert_eq!(deps(&loaded, "n9999"), ["n9998"]);
     }
+
+    /// 30 000 declared nodes are about 300 000 YAML nodes: more than the parser's fixed default allows, within
+    /// what the guard allows a file of this size.
+    #[test]
+    fn thirty_thousand_declared_nodes_pass_the_size_scaled_node_guard() {
+        let mut yaml =
+            String::from("pipeline: chain\nnodes:\n  n0: {kind: command, run: echo 0}\n");
+        for i in 1..30_000 {
+            yaml.push_str(&format!(
+                "  n{i}: {{kind: command, deps: [n{}], run: echo {i}}}\n",
+                i - 1
+            ));
+        }
+        let loaded = one(&yaml).load("pipelines/p.yaml");
+        assert_eq!(loaded.pipeline.nodes.len(), 30_000);
+    }
+
+    /// A few lines that would expand into billions of nodes are refused, not expanded.
+    #[test]
+    fn an_alias_bomb_is_refused_at_its_position() {
+        let mut yaml =
+            String::from("pipeline: bomb\nparams:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..9 {
+            let previous = format!("*a{}", level - 1);
+            yaml.push_str(&format!(
+                "  a{level}: &a{level} [{}]\n",
+                vec![previous; 10].join(", ")
+            ));
+        }
+        yaml.push_str("nodes:\n  n: {kind: command, run: echo}\n");
+        let p = one(&yaml);
+        let shown = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(
+            shown.contains("budget breached") && shown.contains("pipelines/p.yaml:"),
+            "{shown}"
+        );
+    }
 }
 
 mod repository {
