@@ -60,12 +60,27 @@ pub struct CacheEntry {
     pub created: String,
 }
 
+/// How stale an entry's mtime may be before a hit renews it.
+pub const TOUCH_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// The newest entry of a node and its recent durations.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodePointer {
     pub node: String,
     pub latest_key: String,
     pub durations: Vec<f64>,
+}
+
+impl NodePointer {
+    /// Median of the recorded durations.
+    pub fn median_duration(&self) -> Option<f64> {
+        let mut durations = self.durations.clone();
+        if durations.is_empty() {
+            return None;
+        }
+        durations.sort_by(f64::total_cmp);
+        Some(durations[durations.len() / 2])
+    }
 }
 
 /// A problem `verify` found.
@@ -383,12 +398,7 @@ impl Cache {
 
     /// Median of the node's recorded durations.
     pub fn median_duration(&self, node: &str) -> Option<f64> {
-        let mut durations = self.pointer(node)?.durations;
-        if durations.is_empty() {
-            return None;
-        }
-        durations.sort_by(f64::total_cmp);
-        Some(durations[durations.len() / 2])
+        self.pointer(node)?.median_duration()
     }
 
     /// Published entries; `*.part` files are temporaries of writes a kill cut short, never entries.
@@ -478,9 +488,22 @@ impl Cache {
     /// Marks `key`'s entry as used now (its file's mtime), so `gc` on a shared cache keeps what any project
     /// used lately, not only what the collecting project's runs reference. Best effort: a read-only cache
     /// still serves hits.
+    ///
+    /// Refreshed at most once per [`TOUCH_INTERVAL`]: `gc` counts use in days, and a no-op run of a large
+    /// pipeline must not write one file per node.
     pub fn touch(&self, key: &str) {
-        if let Ok(file) = fs::File::options().append(true).open(self.entry_path(key)) {
-            let _ = file.set_modified(std::time::SystemTime::now());
+        let path = self.entry_path(key);
+        let now = std::time::SystemTime::now();
+        let fresh = fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|modified| {
+                now.duration_since(modified).unwrap_or_default() < TOUCH_INTERVAL
+            });
+        if fresh {
+            return;
+        }
+        if let Ok(file) = fs::File::options().append(true).open(&path) {
+            let _ = file.set_modified(now);
         }
     }
 

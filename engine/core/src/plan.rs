@@ -88,6 +88,9 @@ pub fn plan(
             continue;
         }
         let spec = graph.spec(index);
+        // The node's pointer (newest key, past durations), read at most once and only when needed.
+        let mut pointer: Option<Option<crate::cache::NodePointer>> = None;
+        let mut hit_bytes: Option<u64> = None;
         let command = engine
             .kinds
             .executor(&spec.kind)
@@ -117,13 +120,15 @@ pub fn plan(
                 }
                 let verdict = match need {
                     Need::Hit(entry) => {
+                        hit_bytes = Some(entry.outputs.values().map(|b| b.size).sum());
                         known.insert(index, Known::Output(entry.output_hash));
                         Verdict::Cached { key }
                     }
                     Need::Miss => {
-                        let changes = engine
-                            .cache
-                            .latest_for(&spec.id)
+                        let changes = pointer
+                            .get_or_insert_with(|| engine.cache.pointer(&spec.id))
+                            .as_ref()
+                            .and_then(|p| engine.cache.get(&p.latest_key))
                             .map(|old| old.fingerprint.diff(&keyed.fingerprint))
                             .unwrap_or_default();
                         Verdict::Run { key, changes }
@@ -138,16 +143,26 @@ pub fn plan(
                 (verdict, Some(keyed.fingerprint))
             }
         };
-        let (estimate_seconds, estimate_source) =
-            match (spec.estimate, engine.cache.median_duration(&spec.id)) {
-                (Some(declared), _) => (Some(declared.as_secs_f64()), "declared"),
-                (None, Some(median)) => (Some(median), "median of past runs"),
-                (None, None) => (None, "unknown"),
-            };
-        let estimate_bytes = engine
-            .cache
-            .latest_for(&spec.id)
-            .map(|entry| entry.outputs.values().map(|b| b.size).sum());
+        // A cached node costs no time; its past durations and sizes are read only for nodes that run, once.
+        let cached = matches!(verdict, Verdict::Cached { .. });
+        let mut history = || {
+            pointer
+                .get_or_insert_with(|| engine.cache.pointer(&spec.id))
+                .clone()
+        };
+        let (estimate_seconds, estimate_source) = match spec.estimate {
+            Some(declared) => (Some(declared.as_secs_f64()), "declared"),
+            None if cached => (None, "cached"),
+            None => match history().and_then(|p| p.median_duration()) {
+                Some(median) => (Some(median), "median of past runs"),
+                None => (None, "unknown"),
+            },
+        };
+        let estimate_bytes = hit_bytes.or_else(|| {
+            history()
+                .and_then(|p| engine.cache.get(&p.latest_key))
+                .map(|entry| entry.outputs.values().map(|b| b.size).sum())
+        });
         item_of.insert(index, items.len());
         items.push(PlanItem {
             node: spec.id.clone(),

@@ -7,7 +7,7 @@ use crate::diag::Diagnostics;
 use crate::load::Loader;
 
 /// A pipeline file found by [`discover`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PipelineEntry {
     /// The `pipeline:` name (the file stem when the file could not be read).
     pub name: String,
@@ -17,6 +17,7 @@ pub struct PipelineEntry {
     /// Target names, including those inherited through `base:`.
     pub targets: Vec<String>,
     /// Why the file (or its `base:` chain) could not be read; the other files are unaffected.
+    #[serde(skip)]
     pub problems: Option<Diagnostics>,
 }
 
@@ -29,10 +30,16 @@ pub fn discover(root: &Path) -> Vec<PipelineEntry> {
     let mut files = Vec::new();
     collect_yaml(&root.join("pipelines"), &mut files);
     files.sort();
-    files
-        .into_iter()
+    if let Some(entries) = crate::memo::recall_discovery(&root, &files) {
+        return entries;
+    }
+    let entries: Vec<PipelineEntry> = files
+        .iter()
+        .cloned()
         .filter_map(|path| inspect(&root, path))
-        .collect()
+        .collect();
+    crate::memo::remember_discovery(&root, &files, &entries);
+    entries
 }
 
 fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -101,7 +101,7 @@ pub(crate) struct Expander<'l, 'o> {
 }
 
 #[derive(Debug, Clone)]
-enum InputProblem {
+pub(crate) enum InputProblem {
     Missing,
     Directory,
     BadPattern(String),
@@ -656,50 +656,68 @@ impl<'l, 'o> Expander<'l, 'o> {
         crate::diag::did_you_mean(key, candidates)
     }
 
+    /// Every pattern looked up that named files, with those files, sorted by pattern.
+    pub fn input_lookups(&self) -> Vec<(String, Vec<PathBuf>)> {
+        let mut found: Vec<(String, Vec<PathBuf>)> = self
+            .inputs
+            .iter()
+            .filter_map(|(pattern, result)| {
+                result.as_ref().ok().map(|f| (pattern.clone(), f.clone()))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
     /// The files an `inputs:` entry names (relative to the root; globs allowed), sorted.
     fn find_inputs(&mut self, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
         if let Some(found) = self.inputs.get(pattern) {
             return found.clone();
         }
-        let root = &self.lx.src.root;
-        let found = if pattern.contains(['*', '?', '[']) {
-            let full = if Path::new(pattern).is_absolute() {
-                pattern.to_owned()
-            } else {
-                format!(
-                    "{}/{pattern}",
-                    glob::Pattern::escape(&root.to_string_lossy())
-                )
-            };
-            let options = glob::MatchOptions {
-                require_literal_leading_dot: true,
-                ..glob::MatchOptions::new()
-            };
-            match glob::glob_with(&full, options) {
-                Ok(paths) => {
-                    let mut files: Vec<PathBuf> = paths
-                        .filter_map(Result::ok)
-                        .filter(|p| p.is_file())
-                        .collect();
-                    files.sort();
-                    if files.is_empty() {
-                        Err(InputProblem::Missing)
-                    } else {
-                        Ok(files)
-                    }
-                }
-                Err(error) => Err(InputProblem::BadPattern(error.msg.to_owned())),
-            }
-        } else {
-            let path = root.join(pattern);
-            match std::fs::metadata(&path) {
-                Ok(meta) if meta.is_dir() => Err(InputProblem::Directory),
-                Ok(_) => Ok(vec![path]),
-                Err(_) => Err(InputProblem::Missing),
-            }
-        };
+        let found = look_up_inputs(&self.lx.src.root, pattern);
         self.inputs.insert(pattern.to_owned(), found.clone());
         found
+    }
+}
+
+/// The files `pattern` (relative to `root`; globs allowed) names, sorted: the expander's lookup, and what a
+/// remembered load repeats to know that it still holds.
+pub(crate) fn look_up_inputs(root: &Path, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
+    if pattern.contains(['*', '?', '[']) {
+        let full = if Path::new(pattern).is_absolute() {
+            pattern.to_owned()
+        } else {
+            format!(
+                "{}/{pattern}",
+                glob::Pattern::escape(&root.to_string_lossy())
+            )
+        };
+        let options = glob::MatchOptions {
+            require_literal_leading_dot: true,
+            ..glob::MatchOptions::new()
+        };
+        match glob::glob_with(&full, options) {
+            Ok(paths) => {
+                let mut files: Vec<PathBuf> = paths
+                    .filter_map(Result::ok)
+                    .filter(|p| p.is_file())
+                    .collect();
+                files.sort();
+                if files.is_empty() {
+                    Err(InputProblem::Missing)
+                } else {
+                    Ok(files)
+                }
+            }
+            Err(error) => Err(InputProblem::BadPattern(error.msg.to_owned())),
+        }
+    } else {
+        let path = root.join(pattern);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => Err(InputProblem::Directory),
+            Ok(_) => Ok(vec![path]),
+            Err(_) => Err(InputProblem::Missing),
+        }
     }
 }
 

@@ -33,6 +33,7 @@ mod discover;
 mod doc;
 mod expand;
 mod load;
+mod memo;
 mod schema;
 mod source;
 mod sweep;
@@ -72,7 +73,7 @@ pub struct LoadOptions {
 }
 
 /// One param a testbed cap lowered: shown by `plan`, recorded in the run manifest.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Adaptation {
     pub param: String,
     pub from: serde_json::Value,
@@ -170,13 +171,24 @@ pub struct Loaded {
     pub graph: Graph,
     /// Params lowered by `LoadOptions::caps`, in declaration order.
     pub adapted: Vec<Adaptation>,
+    /// Every `inputs:` pattern looked up, with the files it named (what makes a remembered load still true).
+    pub input_lookups: Vec<(String, Vec<PathBuf>)>,
 }
 
 /// Loads the pipeline file `entry` (relative paths resolve against `opts.root`): reads it and everything it
 /// refers to, expands its nodes over the sweep, has `kinds` check every node's resolved configuration, and
 /// checks the DAG. On failure, every problem found.
+///
+/// A load is remembered under `<root>/.fracflow/loaded/` and reused only when every YAML file it read still
+/// has the same content, every `inputs:` pattern names the same files, the options and the kinds are the
+/// same, this is the same `fracflow` binary, and every kind still accepts every node (`memo.rs`).
 pub fn load(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Result<Loaded, Diagnostics> {
-    load::load(entry, opts, kinds)
+    if let Some(loaded) = memo::recall(entry, opts, kinds) {
+        return Ok(loaded);
+    }
+    let loaded = load::load(entry, opts, kinds)?;
+    memo::remember(entry, opts, kinds, &loaded);
+    Ok(loaded)
 }
 
 #[cfg(test)]

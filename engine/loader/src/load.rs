@@ -165,6 +165,9 @@ pub(crate) struct Loader<'o> {
     pub entry: u32,
     /// Params lowered by a testbed cap.
     pub adapted: Vec<crate::Adaptation>,
+    /// Every `inputs:` pattern (and implied input) looked up, with the files it named: what a remembered
+    /// load must find again to be reused.
+    pub input_lookups: Vec<(String, Vec<PathBuf>)>,
 }
 
 impl<'o> Loader<'o> {
@@ -177,6 +180,7 @@ impl<'o> Loader<'o> {
             repeats: HashMap::new(),
             entry: 0,
             adapted: Vec::new(),
+            input_lookups: Vec::new(),
         }
     }
 
@@ -462,6 +466,8 @@ impl<'o> Loader<'o> {
 
         let mut expander = crate::expand::Expander::new(self, &mut sweep, &params);
         let (nodes, instance_ids) = expander.expand(&defs, &decls);
+        let lookups = expander.input_lookups();
+        self.input_lookups = lookups;
         let targets = targets
             .into_iter()
             .map(|(target, names)| {
@@ -1857,6 +1863,7 @@ pub(crate) fn load(
             pipeline,
             graph,
             adapted: loader.adapted,
+            input_lookups: loader.input_lookups,
         }),
         _ => {
             let diagnostics = loader.finish();

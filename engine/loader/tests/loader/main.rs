@@ -1558,3 +1558,112 @@ mod implied_inputs {
         );
     }
 }
+
+/// The remembered load (`.fracflow/loaded/`) is reused only while what it was made from holds.
+mod remembered {
+    use super::*;
+
+    fn node<'a>(loaded: &'a Loaded, id: &str) -> &'a NodeSpec {
+        loaded
+            .pipeline
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .expect("node exists")
+    }
+
+    #[test]
+    fn a_changed_source_a_new_input_file_and_a_broken_memo_are_each_seen() {
+        let p = Project::new(&[
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nnodes:\n  a:\n    kind: command\n    run: echo one\n    inputs: [\"data/*.txt\"]\n",
+            ),
+            ("data/a.txt", "a"),
+        ]);
+        let first = p.load("pipelines/p.yaml");
+        assert_eq!(node(&first, "a").inputs.len(), 1);
+        let memo_dir = p.root().join(".fracflow/loaded");
+        assert!(
+            std::fs::read_dir(&memo_dir).is_ok_and(|d| d.count() >= 1),
+            "the load was remembered"
+        );
+        let again = p.load("pipelines/p.yaml");
+        assert_eq!(again.pipeline, first.pipeline, "reused unchanged");
+
+        // A file a glob now names too.
+        std::fs::write(p.root().join("data/b.txt"), "b").expect("write");
+        assert_eq!(node(&p.load("pipelines/p.yaml"), "a").inputs.len(), 2);
+
+        // An edited source.
+        std::fs::write(
+            p.root().join("pipelines/p.yaml"),
+            "pipeline: p\nnodes:\n  a:\n    kind: command\n    run: echo two\n    inputs: [\"data/*.txt\"]\n",
+        )
+        .expect("write");
+        assert_eq!(
+            node(&p.load("pipelines/p.yaml"), "a").config.get("run"),
+            Some(&json!("echo two"))
+        );
+
+        // A memo that is garbage is a miss, never an error.
+        for memo in std::fs::read_dir(&memo_dir).expect("memo dir").flatten() {
+            std::fs::write(memo.path(), "{not json").expect("break the memo");
+        }
+        assert_eq!(
+            node(&p.load("pipelines/p.yaml"), "a").config.get("run"),
+            Some(&json!("echo two"))
+        );
+
+        // A source that is now wrong is reported as it would be without a memo.
+        std::fs::write(
+            p.root().join("pipelines/p.yaml"),
+            "pipeline: p\nnodes:\n  a:\n    kind: comand\n    run: echo\n",
+        )
+        .expect("write");
+        let shown = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(shown.contains("unknown kind `comand`"), "{shown}");
+    }
+
+    #[test]
+    fn a_file_a_kind_checks_is_checked_again_on_reuse() {
+        let p = Project::new(&[
+            (
+                "pipelines/p.yaml",
+                "pipeline: p\nnodes:\n  w:\n    kind: weave\n    shell: hw/shell.yaml\n    units: hw/units\n",
+            ),
+            ("hw/shell.yaml", "name: frac\ncells: []\n"),
+            ("hw/units/.keep", ""),
+        ]);
+        p.load("pipelines/p.yaml");
+        std::fs::remove_file(p.root().join("hw/shell.yaml")).expect("remove");
+        let shown = p.errors("pipelines/p.yaml", &p.opts());
+        assert!(
+            shown.contains("shell `hw/shell.yaml` is not a file"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn other_options_are_another_memo() {
+        let p = one(
+            "pipeline: p\nparams: {x: 1}\nnodes:\n  a:\n    kind: command\n    run: echo {x}\n",
+        );
+        assert_eq!(
+            node(&p.load("pipelines/p.yaml"), "a").config.get("run"),
+            Some(&json!("echo 1"))
+        );
+        let mut opts = p.opts();
+        opts.set.insert("x".to_owned(), json!(2));
+        assert_eq!(
+            node(&p.load_with("pipelines/p.yaml", &opts), "a")
+                .config
+                .get("run"),
+            Some(&json!("echo 2"))
+        );
+        assert_eq!(
+            node(&p.load("pipelines/p.yaml"), "a").config.get("run"),
+            Some(&json!("echo 1"))
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! A remembered load: the expanded pipeline of a previous load, reused when nothing it was made from changed,
+//! so a run whose pipeline is unchanged does not parse and expand its YAML again (a 10 000-node file takes
+//! most of a second). Never trusted blindly: before reuse, every YAML file read is re-hashed, every `inputs:`
+//! pattern is looked up again and must name the same files, the options, the kinds and the `fracflow` binary
+//! must be the same, and every kind re-checks every node and names no input it did not name before. A memo that is missing, unreadable or stale is a miss:
+//! the pipeline is loaded from its sources, and the memo is rewritten.
+
+use std::path::{Path, PathBuf};
+
+use fracflow_core::{Graph, Kinds, Pipeline};
+use serde::{Deserialize, Serialize};
+
+use crate::{Adaptation, LoadOptions, Loaded};
+
+/// Bumped when the memo's meaning changes.
+const FORMAT: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Memo {
+    format: u32,
+    /// What the memo was made under: entry, options, kinds and binary (see [`identity`]).
+    identity: String,
+    /// Each YAML file read and the blake3 of its content.
+    sources: Vec<(PathBuf, String)>,
+    input_lookups: Vec<(String, Vec<PathBuf>)>,
+    pipeline: Pipeline,
+    adapted: Vec<Adaptation>,
+}
+
+/// Where the memo of a load under these options lives.
+fn memo_path(root: &Path, identity: &str) -> PathBuf {
+    root.join(".fracflow").join("loaded").join(format!(
+        "{}.json",
+        &blake3::hash(identity.as_bytes()).to_hex()[..32]
+    ))
+}
+
+/// Everything besides the files that decides what a load yields: the entry, the options, the kinds, and this
+/// binary (its size and modification time: a rebuilt `fracflow` may expand differently).
+fn identity(root: &Path, entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Option<String> {
+    Some(format!(
+        "{FORMAT}\n{}\n{}\n{opts:?}\n{:?}\n{}",
+        root.display(),
+        entry.display(),
+        kinds.names(),
+        binary()?
+    ))
+}
+
+fn root_of(opts: &LoadOptions) -> Option<PathBuf> {
+    let given = if opts.root.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        opts.root.as_path()
+    };
+    std::fs::canonicalize(given).ok()
+}
+
+fn hash_file(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| blake3::hash(&bytes).to_hex().to_string())
+}
+
+/// The remembered load, if everything it was made from is as it was.
+pub(crate) fn recall(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Option<Loaded> {
+    let root = root_of(opts)?;
+    let identity = identity(&root, entry, opts, kinds)?;
+    let bytes = std::fs::read(memo_path(&root, &identity)).ok()?;
+    let memo: Memo = serde_json::from_slice(&bytes).ok()?;
+    let same_sources = memo
+        .sources
+        .iter()
+        .all(|(path, hash)| hash_file(path).as_deref() == Some(hash.as_str()));
+    let same_inputs = memo.input_lookups.iter().all(|(pattern, files)| {
+        crate::expand::look_up_inputs(&root, pattern).is_ok_and(|found| &found == files)
+    });
+    if memo.format != FORMAT || memo.identity != identity || !same_sources || !same_inputs {
+        return None;
+    }
+    // The kinds' checks look at the project too (files a config names); any problem means a full load, which
+    // reports it with its position.
+    // A kind may imply an input only when its file exists (a trace file): one that appeared since is a miss.
+    let looked_up = |file: &String| {
+        let pattern = glob::Pattern::escape(file);
+        memo.input_lookups.iter().any(|(p, _)| *p == pattern)
+    };
+    let accepted = memo.pipeline.nodes.iter().all(|spec| {
+        kinds.executor(&spec.kind).is_some_and(|kind| {
+            kind.check(spec, &root).is_empty()
+                && kind.implied_inputs(spec, &root).iter().all(looked_up)
+        })
+    });
+    if !accepted {
+        return None;
+    }
+    let graph = Graph::build(memo.pipeline.nodes.clone()).ok()?;
+    Some(Loaded {
+        pipeline: memo.pipeline,
+        graph,
+        adapted: memo.adapted,
+        input_lookups: memo.input_lookups,
+    })
+}
+
+/// Remembers `loaded` for the next load with the same options. Best effort: a project that cannot be written
+/// (read-only, full) is loaded from its sources every time.
+pub(crate) fn remember(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds, loaded: &Loaded) {
+    let Some(root) = root_of(opts) else {
+        return;
+    };
+    let Some(identity) = identity(&root, entry, opts, kinds) else {
+        return;
+    };
+    let Some(sources) = loaded
+        .pipeline
+        .sources
+        .iter()
+        .map(|path| hash_file(path).map(|hash| (path.clone(), hash)))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let memo = Memo {
+        format: FORMAT,
+        identity: identity.clone(),
+        sources,
+        input_lookups: loaded.input_lookups.clone(),
+        pipeline: loaded.pipeline.clone(),
+        adapted: loaded.adapted.clone(),
+    };
+    let path = memo_path(&root, &identity);
+    let Ok(bytes) = serde_json::to_vec(&memo) else {
+        return;
+    };
+    if let Some(dir) = path.parent()
+        && std::fs::create_dir_all(dir).is_ok()
+    {
+        let _ = fracflow_record::atomic::atomic_replace(&path, &bytes);
+    }
+}
+
+/// What discovery found, with the content hash of every pipeline file it looked at (a `base:` may name any
+/// of them, so any change is a miss).
+#[derive(Serialize, Deserialize)]
+struct DiscoveryMemo {
+    format: u32,
+    binary: String,
+    files: Vec<(PathBuf, String)>,
+    entries: Vec<crate::PipelineEntry>,
+}
+
+fn binary() -> Option<String> {
+    let exe = std::env::current_exe().ok()?.metadata().ok()?;
+    let built = exe
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some(format!(
+        "{} {built} {}",
+        exe.len(),
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+fn discovery_path(root: &Path) -> PathBuf {
+    root.join(".fracflow").join("loaded").join("discovery.json")
+}
+
+fn hashed(files: &[PathBuf]) -> Option<Vec<(PathBuf, String)>> {
+    files
+        .iter()
+        .map(|path| hash_file(path).map(|hash| (path.clone(), hash)))
+        .collect()
+}
+
+/// The pipelines discovery found last time, if every file under `pipelines/` is as it was.
+pub(crate) fn recall_discovery(
+    root: &Path,
+    files: &[PathBuf],
+) -> Option<Vec<crate::PipelineEntry>> {
+    let bytes = std::fs::read(discovery_path(root)).ok()?;
+    let memo: DiscoveryMemo = serde_json::from_slice(&bytes).ok()?;
+    (memo.format == FORMAT && Some(memo.binary) == binary() && Some(memo.files) == hashed(files))
+        .then_some(memo.entries)
+}
+
+/// Remembers what discovery found when every file was read without problems (problems are reported fresh).
+pub(crate) fn remember_discovery(root: &Path, files: &[PathBuf], entries: &[crate::PipelineEntry]) {
+    if entries.iter().any(|e| e.problems.is_some()) {
+        return;
+    }
+    let (Some(binary), Some(files)) = (binary(), hashed(files)) else {
+        return;
+    };
+    let memo = DiscoveryMemo {
+        format: FORMAT,
+        binary,
+        files,
+        entries: entries.to_vec(),
+    };
+    let path = discovery_path(root);
+    if let (Ok(bytes), Some(dir)) = (serde_json::to_vec(&memo), path.parent())
+        && std::fs::create_dir_all(dir).is_ok()
+    {
+        let _ = fracflow_record::atomic::atomic_replace(&path, &bytes);
+    }
+}
