@@ -65,6 +65,11 @@ pub struct RunDir {
     manifest: RunManifest,
     events: File,
     last_manifest_write: Instant,
+    /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
+    /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
+    deferred: BTreeMap<String, CacheEntry>,
+    /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
+    previous: Option<PathBuf>,
 }
 
 impl RunDir {
@@ -123,13 +128,14 @@ impl RunDir {
                 .collect(),
             nodes: BTreeMap::new(),
         };
-        let run = RunDir::with_manifest(dir, manifest)?;
+        let mut run = RunDir::with_manifest(dir, manifest)?;
         run.write_manifest()?;
-        point_latest(
-            &base,
-            &latest_link(meta.variant.as_deref(), &meta.testbed),
-            &run_id,
-        )?;
+        let link = latest_link(meta.variant.as_deref(), &meta.testbed);
+        run.previous = fs::read_link(base.join(&link))
+            .ok()
+            .map(|target| base.join(target))
+            .filter(|previous| previous.is_dir());
+        point_latest(&base, &link, &run_id)?;
         Ok(run)
     }
 
@@ -155,6 +161,8 @@ impl RunDir {
             manifest,
             events,
             last_manifest_write: Instant::now(),
+            deferred: BTreeMap::new(),
+            previous: None,
         })
     }
 
@@ -204,17 +212,27 @@ impl RunDir {
     /// outputs of `node`: that is not always the node named in the entry, since two nodes doing identical work
     /// share one key, and the second is served the first one's entry.
     pub fn publish(&mut self, cache: &Cache, node: &str, entry: &CacheEntry) -> io::Result<()> {
-        let out = self.outputs_dir(node);
-        for (name, blob) in &entry.outputs {
-            link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
+        self.record_entry(node, entry);
+        self.link_views(cache, node, entry)
+    }
+
+    /// Records a cache hit; its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
+    pub fn publish_hit(&mut self, node: &str, entry: &CacheEntry) {
+        self.record_entry(node, entry);
+        self.deferred.insert(node.to_owned(), entry.clone());
+    }
+
+    /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
+    pub fn materialize(&mut self, cache: &Cache, node: &str) -> io::Result<()> {
+        match self.deferred.remove(node) {
+            Some(entry) => self.link_views(cache, node, &entry),
+            None => Ok(()),
         }
+    }
+
+    fn record_entry(&mut self, node: &str, entry: &CacheEntry) {
+        let has_log = entry.log.is_some();
         let log_name = format!("logs/{}.log", node_dir_name(node));
-        if let Some(log) = &entry.log {
-            let target = self.dir.join(&log_name);
-            if !target.exists() {
-                link_or_copy(&cache.blob_path(&log.hash), &target)?;
-            }
-        }
         let record = self.record_mut(node, &entry.fingerprint.kind);
         record.key = Some(entry.key.clone());
         record.outputs = entry
@@ -223,10 +241,74 @@ impl RunDir {
             .map(|(n, b)| (n.clone(), b.hash.clone()))
             .collect();
         record.metrics = entry.metrics.clone();
-        if entry.log.is_some() {
+        if has_log {
             record.log = Some(log_name);
         }
+    }
+
+    fn link_views(&self, cache: &Cache, node: &str, entry: &CacheEntry) -> io::Result<()> {
+        let out = self.outputs_dir(node);
+        for (name, blob) in &entry.outputs {
+            link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
+        }
+        if let Some(log) = &entry.log {
+            let target = self.dir.join(format!("logs/{}.log", node_dir_name(node)));
+            if !target.exists() {
+                link_or_copy(&cache.blob_path(&log.hash), &target)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Makes the views of every deferred hit. When every node of this run is a hit that the previous run of
+    /// its variant and testbed holds under the same key, this run's `nodes/` and `logs/` are one link each to
+    /// that run's (followed to the run that made them), so a no-op writes a fixed number of files; otherwise
+    /// each view is linked from the cache.
+    fn materialize_all(&mut self, cache: &Cache) -> io::Result<()> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        if self.deferred.len() == self.manifest.nodes.len() && self.borrow_previous_views() {
+            self.deferred.clear();
+            return Ok(());
+        }
+        for (node, entry) in std::mem::take(&mut self.deferred) {
+            self.link_views(cache, &node, &entry)?;
+        }
+        Ok(())
+    }
+
+    /// Links `nodes/` and `logs/` to the previous run's when it holds every node of this one with the same key.
+    fn borrow_previous_views(&self) -> bool {
+        let Some(previous) = &self.previous else {
+            return false;
+        };
+        let Ok(before) = read_manifest(previous) else {
+            return false;
+        };
+        let same = self.deferred.iter().all(|(node, entry)| {
+            before.nodes.get(node).is_some_and(|record| {
+                record.key.as_deref() == Some(entry.key.as_str())
+                    && matches!(record.status, NodeStatus::Built | NodeStatus::Cached)
+            })
+        });
+        let (Ok(nodes), Ok(logs)) = (
+            fs::canonicalize(previous.join("nodes")),
+            fs::canonicalize(previous.join("logs")),
+        ) else {
+            return false;
+        };
+        if !same || self.dir.join("nodes").exists() {
+            return false;
+        }
+        // `logs/` was made empty at creation: a hit writes no log of its own.
+        let logs_replaced = fs::remove_dir(self.dir.join("logs"))
+            .and_then(|()| std::os::unix::fs::symlink(&logs, self.dir.join("logs")));
+        if logs_replaced.is_err() {
+            let _ = fs::create_dir_all(self.dir.join("logs"));
+            return false;
+        }
+        std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_ok()
     }
 
     /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
@@ -252,8 +334,9 @@ impl RunDir {
         atomic_write(&self.dir.join("manifest.json"), &bytes)
     }
 
-    /// Records the final status and writes the manifest one last time.
-    pub fn finish(&mut self, status: RunStatus) -> io::Result<()> {
+    /// Makes the deferred views, records the final status and writes the manifest one last time.
+    pub fn finish(&mut self, cache: &Cache, status: RunStatus) -> io::Result<()> {
+        self.materialize_all(cache)?;
         for record in self.manifest.nodes.values_mut() {
             if matches!(record.status, NodeStatus::Pending | NodeStatus::Running) {
                 record.status = NodeStatus::Skipped;

@@ -505,14 +505,12 @@ impl<'a> Run<'a> {
             key: queued.key.clone(),
             attempt: 0,
         })?;
-        let inputs = graph
-            .dependencies(index)
-            .map(|d| {
-                let id = graph.spec(d).id.clone();
-                let dir = self.run_dir.outputs_dir(&id);
-                (id, dir)
-            })
-            .collect();
+        let mut inputs = std::collections::BTreeMap::new();
+        for dependency in graph.dependencies(index) {
+            let id = graph.spec(dependency).id.clone();
+            self.run_dir.materialize(self.engine.cache, &id)?;
+            inputs.insert(id.clone(), self.run_dir.outputs_dir(&id));
+        }
         Ok(Launch {
             index,
             spec,
@@ -589,7 +587,7 @@ impl<'a> Run<'a> {
     /// Completes a node with an entry found in the cache: linked into the run directory, never executed.
     fn use_cached(&mut self, index: NodeIndex, entry: CacheEntry) -> io::Result<()> {
         let spec = self.graph.spec(index);
-        self.run_dir.publish(self.engine.cache, &spec.id, &entry)?;
+        self.run_dir.publish_hit(&spec.id, &entry);
         self.engine.cache.touch(&entry.key);
         let record = self.run_dir.record_mut(&spec.id, &spec.kind);
         record.status = NodeStatus::Cached;
@@ -748,7 +746,8 @@ impl<'a> Run<'a> {
             seconds: self.started.elapsed().as_secs_f64(),
         })?;
         self.engine.stat.save()?;
-        self.run_dir.finish(self.summary.status)?;
+        self.run_dir
+            .finish(self.engine.cache, self.summary.status)?;
         Ok(self.summary.clone())
     }
 
