@@ -12,6 +12,7 @@ mod fpga;
 mod injection;
 mod kill;
 mod lock;
+mod noop;
 mod orphans;
 mod plan_why;
 mod provenance;
