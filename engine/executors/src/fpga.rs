@@ -30,7 +30,7 @@ fn failed(spec: &NodeSpec, what: impl std::fmt::Display) -> NodeError {
     NodeError::permanent(format!("node `{}`: {what}", spec.id))
 }
 
-fn append_log(job: &Job<'_>, text: &str) {
+pub(crate) fn append_log(job: &Job<'_>, text: &str) {
     use std::io::Write;
     if let Ok(mut log) = std::fs::OpenOptions::new()
         .create(true)

@@ -205,7 +205,7 @@ pub fn apply(
     // takes only its own containers), and of the build its image came from.
     let all: Vec<&Pinned> = replaced.iter().flat_map(|(_, f)| f).collect();
     for file in &all {
-        match classify_file(&file.source) {
+        match classify_file(&file.source).map_err(|e| format!("{}: {e}", file.source.display())) {
             Ok(found) if real && !found.is_xilinx() => refusals.push(format!(
                 "{} ({}): {}; a board takes only real Xilinx bitstreams",
                 file.source.display(),
@@ -831,16 +831,18 @@ fn missing_slot_files(
     refusals.into_iter().collect()
 }
 
-fn classify_file(path: &Path) -> Result<BitstreamKind, String> {
+/// What the first bytes of `path` say it is (proto::bitstream): enough of them for a `.bit` header with long
+/// strings and the sync word's search window.
+pub fn classify_file(path: &Path) -> std::io::Result<BitstreamKind> {
     use std::io::Read;
     let mut head = Vec::with_capacity(CLASSIFY_BYTES);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(CLASSIFY_BYTES as u64).read_to_end(&mut head))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::File::open(path)?
+        .take(CLASSIFY_BYTES as u64)
+        .read_to_end(&mut head)?;
     Ok(bitstream::classify(&head))
 }
 
-fn describe_kind(kind: &BitstreamKind) -> String {
+pub(crate) fn describe_kind(kind: &BitstreamKind) -> String {
     match kind {
         BitstreamKind::Emulated(what) => {
             format!("an emulated {what} (an FRACFULL/FRACPART container of the emulated flow)")

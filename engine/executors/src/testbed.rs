@@ -574,7 +574,7 @@ impl Session {
                         break;
                     }
                     Err(why) if attempts < 2 => {
-                        let _ = job_log(job, &format!("{why}; loading it once more"));
+                        crate::fpga::append_log(job, &format!("{why}; loading it once more\n"));
                     }
                     Err(why) => {
                         return Err(NodeError::permanent(format!(
@@ -592,9 +592,7 @@ impl Session {
 
     /// The unit a partial must make its slot answer as: its RM id (`cXX_fYY`) in the shell declaration.
     fn expected_unit(&self, partial: &Path) -> Option<crate::slotcheck::Unit> {
-        let (_, rm) = fracflow_record::prebuilt::parse_partial_name(&file_name(partial))?;
-        let units = &self.pinning().units;
-        crate::slotcheck::unit_by_name(units.get(&rm)?)
+        crate::slotcheck::unit_by_name(&self.unit_of_partial(&file_name(partial))?)
     }
 
     /// How this real testbed's board is programmed and when it is ready.
@@ -729,30 +727,16 @@ fn check_loaded_slot(
 /// A board takes only real Xilinx bitstreams; the plan refuses other files, and this is the last guard before
 /// one is handed to the programming tool or the controller (a file may have changed since).
 fn refuse_unless_xilinx(path: &Path) -> Result<(), NodeError> {
-    use std::io::Read;
-    let mut head = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(4096).read_to_end(&mut head))
+    let kind = crate::images::classify_file(path)
         .map_err(|e| NodeError::permanent(format!("{}: {e}", path.display())))?;
-    match fracflow_proto::bitstream::classify(&head) {
+    match kind {
         kind if kind.is_xilinx() => Ok(()),
-        fracflow_proto::bitstream::BitstreamKind::Emulated(what) => {
-            Err(NodeError::permanent(format!(
-                "{} is an emulated {what}, not a Xilinx bitstream: it never reaches a board",
-                path.display()
-            )))
-        }
         other => Err(NodeError::permanent(format!(
-            "{} is not a Xilinx bitstream ({other:?}): it never reaches a board",
-            path.display()
+            "{} is {}: it never reaches a board",
+            path.display(),
+            crate::images::describe_kind(&other)
         ))),
     }
-}
-
-fn job_log(job: &fracflow_core::Job<'_>, line: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut log = std::fs::OpenOptions::new().append(true).open(job.log)?;
-    writeln!(log, "{line}")
 }
 
 fn file_name(path: &Path) -> String {

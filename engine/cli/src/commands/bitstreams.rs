@@ -5,11 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
-use fracflow_proto::bitstream::{self, BitstreamKind};
+use fracflow_proto::bitstream::BitstreamKind;
 use fracflow_record::atomic::atomic_write;
 use fracflow_record::prebuilt::{
     self, ImageRole, PREBUILT_FORMAT_VERSION, PrebuiltFile, PrebuiltManifest,
@@ -23,9 +22,6 @@ pub const DEFAULT_NAME: &str = "frac-example";
 
 /// The provenance records a Vivado build leaves beside its products (docs/frac.md §4.2).
 const PROVENANCE_FILES: [&str; 2] = ["RUN", "STAGED"];
-
-/// Enough of a file to hold a `.bit` header with long strings and the sync search window.
-const CLASSIFY_BYTES: u64 = 4096;
 
 #[derive(Subcommand, Debug)]
 pub enum BitstreamsAction {
@@ -134,11 +130,7 @@ fn role_of(relative: &str, file_name: &str) -> (ImageRole, Option<(u8, u8)>) {
 }
 
 fn classify_file(path: &Path) -> Result<BitstreamKind> {
-    let mut head = Vec::new();
-    fs::File::open(path)
-        .and_then(|file| file.take(CLASSIFY_BYTES).read_to_end(&mut head))
-        .map_err(|e| Error::io("cannot read", path, e))?;
-    Ok(bitstream::classify(&head))
+    fracflow_executors::images::classify_file(path).map_err(|e| Error::io("cannot read", path, e))
 }
 
 fn import(project_root: &Path, dir: &Path, name: &str) -> Result<Exit> {
