@@ -301,14 +301,19 @@ impl RunDir {
         if !same || self.dir.join("nodes").exists() {
             return false;
         }
-        // `logs/` was made empty at creation: a hit writes no log of its own.
+        if std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_err() {
+            return false;
+        }
+        // `logs/` was made empty at creation (a hit writes no log of its own); if it cannot be replaced, the
+        // views are made one by one instead, never into the previous run's folders.
         let logs_replaced = fs::remove_dir(self.dir.join("logs"))
             .and_then(|()| std::os::unix::fs::symlink(&logs, self.dir.join("logs")));
         if logs_replaced.is_err() {
+            let _ = fs::remove_file(self.dir.join("nodes"));
             let _ = fs::create_dir_all(self.dir.join("logs"));
             return false;
         }
-        std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_ok()
+        true
     }
 
     /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
