@@ -301,6 +301,18 @@ impl RunDir {
         if !same || self.dir.join("nodes").exists() {
             return false;
         }
+        // Relative when the run that made the views is a sibling (as it always is under results/<pipeline>/),
+        // so the project can be moved or copied with its results.
+        let sibling = |target: PathBuf| {
+            let base = fs::canonicalize(self.dir.parent()?).ok()?;
+            let run = target.parent()?;
+            let (run_name, leaf) = (run.file_name()?, target.file_name()?);
+            (run.parent()? == base).then(|| Path::new("..").join(run_name).join(leaf))
+        };
+        let (nodes, logs) = (
+            sibling(nodes.clone()).unwrap_or(nodes),
+            sibling(logs.clone()).unwrap_or(logs),
+        );
         if std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_err() {
             return false;
         }
