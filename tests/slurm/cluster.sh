@@ -39,6 +39,13 @@ alive_as() { # alive_as PID NAME -> 0 if PID is alive, not a zombie, and its com
   [ "$comm" = "$name" ] && [ "$state" != Z ]
 }
 
+running() { # running PID -> 0 while PID exists and is not a zombie. For a daemon just started with `&`: until the
+  # forked shell has exec'd it, its comm is still the shell's, so alive_as would call a starting daemon dead.
+  local state
+  state=$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 live_pids() { # prints "NAME PID" for every live entry of DIR/pids
   local f=$1/pids name pid
   [ -f "$f" ] || return 0
@@ -194,7 +201,7 @@ EOF
   local deadline=$((SECONDS + START_TIMEOUT))
   until munge -n -S "$sock" 2>/dev/null | unmunge -S "$sock" >/dev/null 2>&1; do
     [ $SECONDS -lt $deadline ] || die "munged did not come up within ${START_TIMEOUT}s"
-    alive_as "$(awk '$1 == "munged" { print $2 }' "$dir/pids")" munged || die "munged exited"
+    running "$(awk '$1 == "munged" { print $2 }' "$dir/pids")" || die "munged exited"
     sleep 0.05
   done
 
@@ -210,7 +217,7 @@ EOF
     [ "$state" = idle ] && break
     [ $SECONDS -lt $deadline ] || die "node not idle within ${START_TIMEOUT}s (state: '${state}')"
     while read -r name pid; do
-      alive_as "$pid" "$name" || die "$name (pid $pid) exited during start"
+      running "$pid" || die "$name (pid $pid) exited during start"
     done <"$dir/pids"
     sleep 0.1
   done
