@@ -57,9 +57,7 @@ fn root_of(opts: &LoadOptions) -> Option<PathBuf> {
 }
 
 fn hash_file(path: &Path) -> Option<String> {
-    std::fs::read(path)
-        .ok()
-        .map(|bytes| blake3::hash(&bytes).to_hex().to_string())
+    fracflow_core::statcache::hash_file(path).ok()
 }
 
 /// The remembered load, if everything it was made from is as it was.

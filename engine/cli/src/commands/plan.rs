@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use clap::Args;
 use fracflow_core::plan::Verdict;
+use fracflow_executors::images::PrebuiltConfig;
 use fracflow_executors::measure::{PlannedDevice, PlannedStep, planned_steps};
 
 use crate::error::{Error, Result};
@@ -180,17 +181,15 @@ fn board_steps(
             let Some(dep) = graph.index(dep).map(|index| graph.spec(index)) else {
                 continue;
             };
-            let files = dep.config.get("files").and_then(|f| f.as_array());
-            for file in files
-                .into_iter()
-                .flatten()
-                .filter(|_| dep.kind == "prebuilt")
-            {
-                let field = |key: &str| file.get(key).and_then(|v| v.as_str()).unwrap_or_default();
-                let path = field("path").to_owned();
-                let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-                let size = file.get("size").and_then(|v| v.as_u64()).unwrap_or(0);
-                pinned.insert(name, (path, field("sha256").to_owned(), size));
+            if dep.kind != "prebuilt" {
+                continue;
+            }
+            let Ok(config) = fracflow_executors::config::typed::<PrebuiltConfig>(dep) else {
+                continue;
+            };
+            for file in config.files {
+                let name = file.path.rsplit('/').next().unwrap_or_default().to_owned();
+                pinned.insert(name, (file.path, file.sha256, file.size));
             }
         }
         steps.insert(
