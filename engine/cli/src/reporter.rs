@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest a plain line about a cache hit waits before it is written.
+const PLAIN_FLUSH: Duration = Duration::from_millis(100);
 
 use fracflow_core::Observer;
 use fracflow_record::EventKind;
@@ -18,6 +21,10 @@ pub enum Reporter {
     Plain {
         total: usize,
         done: usize,
+        /// Lines of cache hits not written yet: a no-op of 10 000 nodes would otherwise make 10 000 writes
+        /// to the terminal or log. Flushed before any other line, every `PLAIN_FLUSH`, and at the end.
+        pending: String,
+        flushed: Instant,
     },
     Json,
 }
@@ -41,17 +48,45 @@ impl Reporter {
                 running: HashMap::new(),
             }
         } else {
-            Reporter::Plain { total: 0, done: 0 }
+            Reporter::Plain {
+                total: 0,
+                done: 0,
+                pending: String::new(),
+                flushed: Instant::now(),
+            }
         }
     }
 
     /// Prints a line without tearing the bars.
-    fn line(&self, text: &str) {
+    fn line(&mut self, text: &str) {
         match self {
             Reporter::Bars { multi, .. } => {
                 let _ = multi.println(text);
             }
-            _ => eprintln!("{text}"),
+            Reporter::Plain { pending, .. } => {
+                pending.push_str(text);
+                pending.push('\n');
+                write_plain(pending);
+            }
+            Reporter::Json => eprintln!("{text}"),
+        }
+    }
+}
+
+/// Writes the buffered plain lines to stderr in one write and empties the buffer.
+fn write_plain(pending: &mut String) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(pending.as_bytes());
+    let _ = err.flush();
+    pending.clear();
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        if let Reporter::Plain { pending, .. } = self
+            && !pending.is_empty()
+        {
+            write_plain(pending);
         }
     }
 }
@@ -112,15 +147,26 @@ impl Observer for Reporter {
         };
         match self {
             Reporter::Json => {}
-            Reporter::Plain { total, done } => {
+            Reporter::Plain {
+                total,
+                done,
+                pending,
+                flushed,
+            } => {
                 if let EventKind::RunStarted { nodes, .. } = event {
                     *total = *nodes;
                 }
-                if finished_one {
+                let line = if finished_one {
                     *done += 1;
-                    eprintln!("[{done:>5}/{total}] {text}");
+                    format!("[{done:>5}/{total}] {text}\n")
                 } else {
-                    eprintln!("{text}");
+                    format!("{text}\n")
+                };
+                pending.push_str(&line);
+                let hit = matches!(event, EventKind::NodeCached { .. });
+                if !hit || flushed.elapsed() >= PLAIN_FLUSH {
+                    write_plain(pending);
+                    *flushed = Instant::now();
                 }
             }
             Reporter::Bars {

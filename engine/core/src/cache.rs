@@ -18,11 +18,13 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
+use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
 use crate::statcache::hash_file;
 use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
@@ -58,6 +60,31 @@ pub struct CacheEntry {
     pub output_hash: String,
     pub seconds: f64,
     pub created: String,
+}
+
+/// What a hit serves a run: the entry without the fingerprint that keyed it (`why` and `plan` read that from
+/// the entry itself). The hit index holds these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub key: String,
+    pub outputs: BTreeMap<String, BlobRef>,
+    pub metrics: BTreeMap<String, serde_json::Value>,
+    pub log: Option<BlobRef>,
+    pub output_hash: String,
+    pub seconds: f64,
+}
+
+impl CacheEntry {
+    pub fn hit(&self) -> Hit {
+        Hit {
+            key: self.key.clone(),
+            outputs: self.outputs.clone(),
+            metrics: self.metrics.clone(),
+            log: self.log.clone(),
+            output_hash: self.output_hash.clone(),
+            seconds: self.seconds,
+        }
+    }
 }
 
 /// How stale an entry's mtime may be before a hit renews it.
@@ -111,6 +138,8 @@ pub struct GcReport {
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    /// Shared by the clones of one `Cache`, loaded on the first lookup.
+    index: Arc<HitIndex>,
 }
 
 /// Hash of a node's result as its dependents see it.
@@ -145,6 +174,7 @@ impl Cache {
         }
         Ok(Cache {
             root: root.to_owned(),
+            index: Arc::new(HitIndex::new(root)),
         })
     }
 
@@ -280,6 +310,61 @@ impl Cache {
         complete.then_some(entry)
     }
 
+    /// What `key` serves a run, or None on a miss: [`Cache::get`] without reading the entry when the hit index
+    /// holds it for the entry file that is there now (see `hitindex`). Either way the entry must exist and
+    /// every blob it names too. Renews the entry's use for `gc` (see [`Cache::touch`]).
+    pub fn lookup(&self, key: &str) -> Option<Hit> {
+        let path = self.entry_path(key);
+        let Ok(metadata) = fs::metadata(&path) else {
+            self.index.remove(key);
+            return None;
+        };
+        let identity = EntryIdentity::of(&metadata);
+        let hit = match self.index.get(key, identity) {
+            Some(hit) => hit,
+            None => {
+                let (entry, identity) = self.read_entry(&path)?;
+                let hit = entry.hit();
+                self.index.insert(identity, hit.clone());
+                hit
+            }
+        };
+        let complete = hit
+            .outputs
+            .values()
+            .chain(hit.log.iter())
+            .all(|b| self.blob_path(&b.hash).is_file());
+        if !complete {
+            self.index.remove(key);
+            return None;
+        }
+        let renewed = metadata.modified().is_ok_and(|modified| {
+            std::time::SystemTime::now()
+                .duration_since(modified)
+                .unwrap_or_default()
+                < TOUCH_INTERVAL
+        });
+        if !renewed {
+            self.touch(key);
+        }
+        Some(hit)
+    }
+
+    /// The entry at `path` and the identity of the file it was read from (one open, so the two agree).
+    fn read_entry(&self, path: &Path) -> Option<(CacheEntry, EntryIdentity)> {
+        let mut file = fs::File::open(path).ok()?;
+        let identity = EntryIdentity::of(&file.metadata().ok()?);
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+        let entry: CacheEntry = serde_json::from_slice(&bytes).ok()?;
+        (path.file_name()? == format!("{}.json", entry.key).as_str()).then_some((entry, identity))
+    }
+
+    /// Writes the hit index if this process changed it (best effort: the index only saves time).
+    pub fn save_index(&self) {
+        let _ = self.index.save();
+    }
+
     /// Moves a file into the blob store (by rename when possible) and returns its reference.
     pub fn store_blob(&self, file: &Path) -> io::Result<BlobRef> {
         let hash = hash_file(file)?;
@@ -372,7 +457,11 @@ impl Cache {
         let bytes = serde_json::to_vec_pretty(&entry).map_err(io::Error::other)?;
         // If another engine published this key meanwhile (its lock was local to its machine, or `--rerun`),
         // this replaces a complete entry with another complete one.
-        atomic_write(&self.entry_path(&key), &bytes)?;
+        let entry_path = self.entry_path(&key);
+        atomic_write(&entry_path, &bytes)?;
+        if let Ok(metadata) = fs::metadata(&entry_path) {
+            self.index.insert(EntryIdentity::of(&metadata), entry.hit());
+        }
         // A read-modify-write that a concurrent engine may undo: at worst one duration is lost from an estimate.
         let mut pointer = self.pointer(node).unwrap_or_default();
         pointer.node = node.to_owned();
@@ -565,6 +654,10 @@ impl Cache {
             }
         }
         // Staging of a run that is still going on must survive (its owner's lock says so).
+        if report.entries_removed > 0 {
+            // Its records of removed entries would only be misses; the next run writes it afresh.
+            let _ = fs::remove_file(self.index.path());
+        }
         report.staging_removed = self.remove_dead_staging()?;
         report.locks_removed = keylock::remove_stale(&self.locks_dir())?;
         Ok(report)

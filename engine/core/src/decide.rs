@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use petgraph::graph::NodeIndex;
 
-use crate::cache::CacheEntry;
+use crate::cache::Hit;
 use crate::exec::{KindInfo, NodeError};
 use crate::fingerprint::Fingerprint;
 use crate::graph::Graph;
@@ -91,7 +91,7 @@ pub(crate) fn key<'c>(
 #[derive(Debug, Clone)]
 pub(crate) enum Need {
     /// Cacheable, and its key is in the cache: published from there, never executed.
-    Hit(Box<CacheEntry>),
+    Hit(Box<Hit>),
     /// Cacheable, and its key is not in the cache: it executes, holding the key's lock.
     Miss,
     /// Named by `--rerun`: it executes even though its key may be cached.
@@ -132,7 +132,7 @@ pub(crate) fn decide(
     if forced {
         return Need::Forced;
     }
-    match engine.cache.get(&keyed.key) {
+    match engine.cache.lookup(&keyed.key) {
         Some(entry) => Need::Hit(Box::new(entry)),
         None => Need::Miss,
     }

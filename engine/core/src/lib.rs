@@ -7,6 +7,7 @@ pub mod exec;
 pub mod fingerprint;
 pub mod graph;
 pub mod history;
+mod hitindex;
 pub mod keylock;
 pub mod lock;
 pub mod plan;
@@ -16,7 +17,7 @@ pub mod spec;
 pub mod statcache;
 pub mod suggest;
 
-pub use cache::{Cache, CacheEntry};
+pub use cache::{Cache, CacheEntry, Hit};
 pub use exec::{
     Cancel, ConfigProblem, Executor, Job, KindInfo, Kinds, NodeError, Outcome, PathSegment,
     RunIdentity,

@@ -11,13 +11,19 @@ use fracflow_record::{
     atomic_replace, atomic_write,
 };
 
-use crate::cache::{Cache, CacheEntry};
+use crate::cache::{Cache, Hit};
 use crate::graph::Graph;
 
 /// Large pipelines rewrite the manifest at most this often; `events.jsonl` is appended for every node.
 const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
 /// Below this many nodes the manifest is rewritten after every node that runs.
 const SMALL_PIPELINE: usize = 1000;
+
+/// The longest an appended cache-hit event waits in memory.
+const EVENTS_FLUSH: Duration = Duration::from_millis(100);
+
+/// The file holding a run's [`RunDir::views_digest`].
+const VIEWS_DIGEST: &str = "views.digest";
 
 /// Facts about the run that the engine cannot know by itself.
 #[derive(Debug, Clone)]
@@ -64,10 +70,13 @@ pub struct RunDir {
     dir: PathBuf,
     manifest: RunManifest,
     events: File,
+    /// Whole event lines not appended yet (see [`RunDir::event`]).
+    pending_events: Vec<u8>,
+    events_flushed: Instant,
     last_manifest_write: Instant,
     /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
     /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
-    deferred: BTreeMap<String, CacheEntry>,
+    deferred: BTreeMap<String, Hit>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
 }
@@ -160,6 +169,8 @@ impl RunDir {
             dir,
             manifest,
             events,
+            pending_events: Vec::new(),
+            events_flushed: Instant::now(),
             last_manifest_write: Instant::now(),
             deferred: BTreeMap::new(),
             previous: None,
@@ -197,56 +208,71 @@ impl RunDir {
     }
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
+    ///
+    /// Cache hits are appended in batches (before any other event, every `EVENTS_FLUSH`, and at the end): a
+    /// kill may lose the last few, which the cache holds anyway, and a no-op of 10 000 nodes makes a handful of
+    /// writes instead of 10 000.
     pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
+        let hit = matches!(kind, EventKind::NodeCached { .. });
         let event = Event {
             at_ms: now_ms(),
             kind,
         };
-        let mut line = serde_json::to_vec(&event).map_err(io::Error::other)?;
-        line.push(b'\n');
-        self.events.write_all(&line)?;
+        serde_json::to_writer(&mut self.pending_events, &event).map_err(io::Error::other)?;
+        self.pending_events.push(b'\n');
+        if !hit || self.events_flushed.elapsed() >= EVENTS_FLUSH {
+            self.flush_events()?;
+        }
         Ok(event)
+    }
+
+    fn flush_events(&mut self) -> io::Result<()> {
+        if !self.pending_events.is_empty() {
+            self.events.write_all(&self.pending_events)?;
+            self.pending_events.clear();
+        }
+        self.events_flushed = Instant::now();
+        Ok(())
     }
 
     /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs), as the
     /// outputs of `node`: that is not always the node named in the entry, since two nodes doing identical work
     /// share one key, and the second is served the first one's entry.
-    pub fn publish(&mut self, cache: &Cache, node: &str, entry: &CacheEntry) -> io::Result<()> {
-        self.record_entry(node, entry);
-        self.link_views(cache, node, entry)
+    pub fn publish(&mut self, cache: &Cache, node: &str, kind: &str, hit: &Hit) -> io::Result<()> {
+        self.record_hit(node, kind, hit);
+        self.link_views(cache, node, hit)
     }
 
     /// Records a cache hit; its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
-    pub fn publish_hit(&mut self, node: &str, entry: &CacheEntry) {
-        self.record_entry(node, entry);
-        self.deferred.insert(node.to_owned(), entry.clone());
+    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) {
+        self.record_hit(node, kind, &hit);
+        self.deferred.insert(node.to_owned(), hit);
     }
 
     /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
     pub fn materialize(&mut self, cache: &Cache, node: &str) -> io::Result<()> {
         match self.deferred.remove(node) {
-            Some(entry) => self.link_views(cache, node, &entry),
+            Some(hit) => self.link_views(cache, node, &hit),
             None => Ok(()),
         }
     }
 
-    fn record_entry(&mut self, node: &str, entry: &CacheEntry) {
-        let has_log = entry.log.is_some();
-        let log_name = format!("logs/{}.log", node_dir_name(node));
-        let record = self.record_mut(node, &entry.fingerprint.kind);
-        record.key = Some(entry.key.clone());
-        record.outputs = entry
+    fn record_hit(&mut self, node: &str, kind: &str, hit: &Hit) {
+        let has_log = hit.log.is_some();
+        let record = self.record_mut(node, kind);
+        record.key = Some(hit.key.clone());
+        record.outputs = hit
             .outputs
             .iter()
             .map(|(n, b)| (n.clone(), b.hash.clone()))
             .collect();
-        record.metrics = entry.metrics.clone();
+        record.metrics = hit.metrics.clone();
         if has_log {
-            record.log = Some(log_name);
+            record.log = Some(format!("logs/{}.log", node_dir_name(node)));
         }
     }
 
-    fn link_views(&self, cache: &Cache, node: &str, entry: &CacheEntry) -> io::Result<()> {
+    fn link_views(&self, cache: &Cache, node: &str, entry: &Hit) -> io::Result<()> {
         let out = self.outputs_dir(node);
         for (name, blob) in &entry.outputs {
             link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
@@ -260,10 +286,10 @@ impl RunDir {
         Ok(())
     }
 
-    /// Makes the views of every deferred hit. When every node of this run is a hit that the previous run of
-    /// its variant and testbed holds under the same key, this run's `nodes/` and `logs/` are one link each to
-    /// that run's (followed to the run that made them), so a no-op writes a fixed number of files; otherwise
-    /// each view is linked from the cache.
+    /// Makes the views of every deferred hit. When every node of this run is a hit, and the previous run of
+    /// its variant and testbed made views for exactly these nodes under the same keys (its `views.digest`),
+    /// this run's `nodes/` and `logs/` are one link each to that run's (followed to the run that made them),
+    /// so a no-op writes a fixed number of files; otherwise each view is linked from the cache.
     fn materialize_all(&mut self, cache: &Cache) -> io::Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
@@ -272,26 +298,33 @@ impl RunDir {
             self.deferred.clear();
             return Ok(());
         }
-        for (node, entry) in std::mem::take(&mut self.deferred) {
-            self.link_views(cache, &node, &entry)?;
+        for (node, hit) in std::mem::take(&mut self.deferred) {
+            self.link_views(cache, &node, &hit)?;
         }
         Ok(())
     }
 
-    /// Links `nodes/` and `logs/` to the previous run's when it holds every node of this one with the same key.
+    /// What a run's views hold: a hash over every node id and key, in id order. Only a run whose every node
+    /// was built or served has one, in `views.digest`.
+    fn views_digest<'a>(nodes: impl Iterator<Item = (&'a String, &'a str)>) -> String {
+        let mut hasher = blake3::Hasher::new();
+        for (node, key) in nodes {
+            hasher.update(node.as_bytes());
+            hasher.update(&[0]);
+            hasher.update(key.as_bytes());
+            hasher.update(&[0]);
+        }
+        hasher.finalize().to_hex().to_string()
+    }
+
+    /// Links `nodes/` and `logs/` to the previous run's when its views hold exactly this run's nodes and keys.
     fn borrow_previous_views(&self) -> bool {
         let Some(previous) = &self.previous else {
             return false;
         };
-        let Ok(before) = read_manifest(previous) else {
-            return false;
-        };
-        let same = self.deferred.iter().all(|(node, entry)| {
-            before.nodes.get(node).is_some_and(|record| {
-                record.key.as_deref() == Some(entry.key.as_str())
-                    && matches!(record.status, NodeStatus::Built | NodeStatus::Cached)
-            })
-        });
+        let ours = Self::views_digest(self.deferred.iter().map(|(n, hit)| (n, hit.key.as_str())));
+        let same =
+            fs::read_to_string(previous.join(VIEWS_DIGEST)).is_ok_and(|theirs| theirs == ours);
         let (Ok(nodes), Ok(logs)) = (
             fs::canonicalize(previous.join("nodes")),
             fs::canonicalize(previous.join("logs")),
@@ -338,8 +371,7 @@ impl RunDir {
         if (ran && self.manifest.nodes.len() < SMALL_PIPELINE)
             || self.last_manifest_write.elapsed() >= MANIFEST_INTERVAL
         {
-            let bytes = serde_json::to_vec_pretty(&self.manifest).map_err(io::Error::other)?;
-            atomic_replace(&self.dir.join("manifest.json"), &bytes)?;
+            atomic_replace(&self.dir.join("manifest.json"), &self.manifest_bytes()?)?;
             self.last_manifest_write = Instant::now();
         }
         Ok(())
@@ -347,11 +379,22 @@ impl RunDir {
 
     /// Writes the manifest durably.
     pub fn write_manifest(&self) -> io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(&self.manifest).map_err(io::Error::other)?;
-        atomic_write(&self.dir.join("manifest.json"), &bytes)
+        atomic_write(&self.dir.join("manifest.json"), &self.manifest_bytes()?)
     }
 
-    /// Makes the deferred views, records the final status and writes the manifest one last time.
+    /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
+    /// was half the bytes a no-op wrote.
+    fn manifest_bytes(&self) -> io::Result<Vec<u8>> {
+        if self.manifest.params.len() < SMALL_PIPELINE {
+            serde_json::to_vec_pretty(&self.manifest)
+        } else {
+            serde_json::to_vec(&self.manifest)
+        }
+        .map_err(io::Error::other)
+    }
+
+    /// Makes the deferred views, records the final status and writes the manifest one last time; saves the
+    /// cache's hit index for the next run.
     pub fn finish(&mut self, cache: &Cache, status: RunStatus) -> io::Result<()> {
         self.materialize_all(cache)?;
         for record in self.manifest.nodes.values_mut() {
@@ -361,8 +404,31 @@ impl RunDir {
         }
         self.manifest.status = status;
         self.manifest.finished = Some(now_rfc3339());
+        self.flush_events()?;
         self.events.sync_all()?;
-        self.write_manifest()
+        self.write_manifest()?;
+        let complete = self.manifest.nodes.values().all(|record| {
+            matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
+        });
+        if complete {
+            let digest = Self::views_digest(
+                self.manifest
+                    .nodes
+                    .iter()
+                    .filter_map(|(node, record)| Some((node, record.key.as_deref()?))),
+            );
+            // Not fsynced: a lost digest only means the next no-op links its views one by one.
+            atomic_replace(&self.dir.join(VIEWS_DIGEST), digest.as_bytes())?;
+        }
+        cache.save_index();
+        Ok(())
+    }
+}
+
+impl Drop for RunDir {
+    /// A run that ends by an error still leaves every event it had.
+    fn drop(&mut self) {
+        let _ = self.flush_events();
     }
 }
 

@@ -19,7 +19,7 @@ use petgraph::graph::NodeIndex;
 
 use fracflow_record::{EventKind, NodeStatus, RunStatus};
 
-use crate::cache::CacheEntry;
+use crate::cache::Hit;
 use crate::decide::{self, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
 use crate::exec::{Cancel, NodeError, RunIdentity};
 use crate::fingerprint::Fingerprint;
@@ -415,7 +415,7 @@ impl<'a> Run<'a> {
             // look and our lock, has published the key. Its result is ours.
             if queued.cacheable
                 && !queued.forced
-                && let Some(entry) = self.engine.cache.get(&queued.key)
+                && let Some(entry) = self.engine.cache.lookup(&queued.key)
             {
                 drop(key_lock);
                 self.use_cached(index, entry)?;
@@ -559,7 +559,8 @@ impl<'a> Run<'a> {
         self.slots.release(spec);
         match finished.result {
             Ok(entry) => {
-                self.run_dir.publish(self.engine.cache, &spec.id, &entry)?;
+                self.run_dir
+                    .publish(self.engine.cache, &spec.id, &spec.kind, &entry.hit())?;
                 let record = self.run_dir.record_mut(&spec.id, &spec.kind);
                 record.status = NodeStatus::Built;
                 record.seconds = Some(finished.seconds);
@@ -585,19 +586,20 @@ impl<'a> Run<'a> {
     }
 
     /// Completes a node with an entry found in the cache: linked into the run directory, never executed.
-    fn use_cached(&mut self, index: NodeIndex, entry: CacheEntry) -> io::Result<()> {
+    fn use_cached(&mut self, index: NodeIndex, entry: Hit) -> io::Result<()> {
         let spec = self.graph.spec(index);
-        self.run_dir.publish_hit(&spec.id, &entry);
-        self.engine.cache.touch(&entry.key);
+        let (key, output_hash, seconds) =
+            (entry.key.clone(), entry.output_hash.clone(), entry.seconds);
+        self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
         let record = self.run_dir.record_mut(&spec.id, &spec.kind);
         record.status = NodeStatus::Cached;
-        record.seconds = Some(entry.seconds);
+        record.seconds = Some(seconds);
         self.emit(EventKind::NodeCached {
             node: spec.id.clone(),
-            key: entry.key,
+            key,
         })?;
         self.states.insert(index, State::Done);
-        self.known.insert(index, Known::Output(entry.output_hash));
+        self.known.insert(index, Known::Output(output_hash));
         self.contribution_known(index);
         self.summary.cached += 1;
         self.run_dir.checkpoint(false)

@@ -1,0 +1,257 @@
+//! The cache's hit index: one file, `index.jsonl`, holding what each entry serves a run ([`Hit`]) beside the
+//! identity of the entry file it was read from, so that a run of 10 000 cached nodes reads one file instead
+//! of opening and parsing 10 000 entries.
+//!
+//! The index is a copy, never the record: an entry file is the commit point of its key. A record is used only
+//! while the entry file it was taken from is still there under the same identity (device, inode and size: an
+//! entry is replaced only by rename, which gives a new inode), and the blobs it names still exist; otherwise
+//! the entry itself is read. A lost, torn or stale index thus costs time, never correctness: it is written
+//! without fsync, lines that do not parse are skipped, and a file of another format is ignored whole.
+//! Several engines may rewrite it at once; each merges what is on disk before replacing it, and a record one
+//! of them loses is read from its entry the next time.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::Hit;
+use fracflow_record::atomic_replace;
+
+/// The first line of the file; any other first line makes the whole file a miss.
+const HEADER: &str = r#"{"format":"fracflow hit index","version":1}"#;
+
+/// Which file an entry was read from. Renames are how entries are published, and a rename never keeps the
+/// inode of the file it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EntryIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+}
+
+impl EntryIdentity {
+    pub fn of(metadata: &fs::Metadata) -> EntryIdentity {
+        EntryIdentity {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            size: metadata.len(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    entry: EntryIdentity,
+    hit: Hit,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: HashMap<String, Record>,
+    /// Keys whose record changed or went away since the file was read.
+    changed: HashMap<String, bool>,
+}
+
+#[derive(Debug)]
+pub(crate) struct HitIndex {
+    path: PathBuf,
+    state: Mutex<Option<State>>,
+}
+
+impl HitIndex {
+    pub fn new(cache_root: &Path) -> HitIndex {
+        HitIndex {
+            path: cache_root.join("index.jsonl"),
+            state: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with<T>(&self, act: impl FnOnce(&mut State) -> T) -> T {
+        let mut guard = match self.state.lock() {
+            Ok(guard) => guard,
+            // A thread that panicked while holding it left a map that is at worst missing a record.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let state = guard.get_or_insert_with(|| State {
+            records: read_records(&self.path),
+            changed: HashMap::new(),
+        });
+        act(state)
+    }
+
+    /// The record of `key`, if the index holds one taken from the entry file identified as `identity`.
+    pub fn get(&self, key: &str, identity: EntryIdentity) -> Option<Hit> {
+        self.with(|state| {
+            let record = state.records.get(key)?;
+            (record.entry == identity && record.hit.key == key).then(|| record.hit.clone())
+        })
+    }
+
+    pub fn insert(&self, identity: EntryIdentity, hit: Hit) {
+        self.with(|state| {
+            let key = hit.key.clone();
+            let fresh = state
+                .records
+                .get(&key)
+                .is_none_or(|r| r.entry != identity || r.hit != hit);
+            if fresh {
+                state.records.insert(
+                    key.clone(),
+                    Record {
+                        entry: identity,
+                        hit,
+                    },
+                );
+                state.changed.insert(key, true);
+            }
+        });
+    }
+
+    /// Forgets `key`: its entry is gone or no longer the one recorded.
+    pub fn remove(&self, key: &str) {
+        self.with(|state| {
+            if state.records.remove(key).is_some() {
+                state.changed.insert(key.to_owned(), false);
+            }
+        });
+    }
+
+    /// Writes the index when this process changed it, merged with what other engines wrote meanwhile (theirs
+    /// for the keys this one did not touch). Best effort, as everything about the index.
+    pub fn save(&self) -> io::Result<()> {
+        let mut guard = match self.state.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let Some(state) = guard.as_mut() else {
+            return Ok(());
+        };
+        if state.changed.is_empty() {
+            return Ok(());
+        }
+        for (key, record) in read_records(&self.path) {
+            if !state.changed.contains_key(&key) {
+                state.records.entry(key).or_insert(record);
+            }
+        }
+        let mut text = String::with_capacity(state.records.len() * 400 + HEADER.len() + 1);
+        text.push_str(HEADER);
+        text.push('\n');
+        // Sorted, so the file is the same whatever order the keys were found in.
+        let mut keys: Vec<&String> = state.records.keys().collect();
+        keys.sort();
+        for record in keys.into_iter().filter_map(|key| state.records.get(key)) {
+            text.push_str(&serde_json::to_string(record).map_err(io::Error::other)?);
+            text.push('\n');
+        }
+        atomic_replace(&self.path, text.as_bytes())?;
+        state.changed.clear();
+        Ok(())
+    }
+}
+
+/// The records of the index file; nothing for a missing file or another format, and no line that does not
+/// parse (a torn write after power loss, or another engine's newer format).
+fn read_records(path: &Path) -> HashMap<String, Record> {
+    let mut text = String::new();
+    let readable = fs::File::open(path).and_then(|mut file| file.read_to_string(&mut text));
+    let mut records = HashMap::new();
+    if readable.is_err() {
+        return records;
+    }
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) {
+        return records;
+    }
+    for line in lines {
+        if let Ok(record) = serde_json::from_str::<Record>(line) {
+            records.insert(record.hit.key.clone(), record);
+        }
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn hit(key: &str) -> Hit {
+        Hit {
+            key: key.to_owned(),
+            outputs: BTreeMap::new(),
+            metrics: BTreeMap::new(),
+            log: None,
+            output_hash: format!("out-{key}"),
+            seconds: 1.0,
+        }
+    }
+
+    const ID: EntryIdentity = EntryIdentity {
+        dev: 1,
+        ino: 2,
+        size: 3,
+    };
+
+    #[test]
+    fn a_record_serves_only_the_entry_file_it_was_read_from() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let index = HitIndex::new(dir.path());
+        index.insert(ID, hit("k1"));
+        index.save()?;
+        let reread = HitIndex::new(dir.path());
+        assert_eq!(reread.get("k1", ID), Some(hit("k1")));
+        let replaced = EntryIdentity { ino: 9, ..ID };
+        assert_eq!(reread.get("k1", replaced), None);
+        assert_eq!(reread.get("k2", ID), None);
+        Ok(())
+    }
+
+    #[test]
+    fn torn_lines_and_foreign_files_are_misses_not_errors() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let index = HitIndex::new(dir.path());
+        index.insert(ID, hit("k1"));
+        index.insert(ID, hit("k2"));
+        index.save()?;
+        let mut text = fs::read_to_string(index.path())?;
+        let cut = text.rfind("k2").unwrap_or(text.len());
+        text.truncate(cut);
+        text.push_str("\n\0\0\0garbage\n");
+        fs::write(index.path(), &text)?;
+        let torn = HitIndex::new(dir.path());
+        assert_eq!(torn.get("k1", ID), Some(hit("k1")));
+        assert_eq!(torn.get("k2", ID), None);
+        fs::write(index.path(), "{\"format\":\"other\"}\n")?;
+        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        Ok(())
+    }
+
+    #[test]
+    fn saving_merges_what_another_engine_wrote_meanwhile() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let one = HitIndex::new(dir.path());
+        let other = HitIndex::new(dir.path());
+        one.insert(ID, hit("k1"));
+        other.insert(ID, hit("k2"));
+        other.save()?;
+        one.save()?;
+        let merged = HitIndex::new(dir.path());
+        assert!(merged.get("k1", ID).is_some() && merged.get("k2", ID).is_some());
+        // A key this engine found gone stays gone, whatever the file held.
+        let third = HitIndex::new(dir.path());
+        third.remove("k2");
+        third.save()?;
+        assert!(HitIndex::new(dir.path()).get("k2", ID).is_none());
+        Ok(())
+    }
+}
