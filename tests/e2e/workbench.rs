@@ -367,3 +367,70 @@ fn completions_for_three_shells_and_the_man_pages() {
         );
     }
 }
+
+#[test]
+fn a_killed_run_is_listed_interrupted_and_its_claims_are_counted() {
+    let sandbox = gated_project();
+    let mut run = start_gated(&sandbox, &[]);
+    wait_for_status(&sandbox, |s| s.contains("running hold for"));
+    run.0.kill().expect("SIGKILL the engine");
+    run.0.wait().expect("reap it");
+    let listed = run_ok(&sandbox, &["runs"]);
+    assert!(
+        listed.contains(" interrupted "),
+        "no `finished`, lock free: {listed}"
+    );
+    assert_eq!(run_ok(&sandbox, &["status"]).trim(), "nothing running");
+
+    // Claims are read from each `check` node's expectations.json, as the report reads them.
+    let quick = quick_project();
+    run_ok(&quick, &["run", "quick"]);
+    let dir = quick.results("quick").join("latest");
+    let manifest_path = dir.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).expect("manifest")).expect("JSON");
+    manifest["nodes"]["use"]["kind"] = "check".into();
+    std::fs::write(&manifest_path, manifest.to_string()).expect("rewrite the manifest");
+    let verdict = |passed: bool| serde_json::json!({"name": "n", "claim": "c", "passed": passed, "measured": "m"});
+    std::fs::write(
+        dir.join("nodes/use/expectations.json"),
+        serde_json::json!([verdict(true), verdict(false), verdict(true)]).to_string(),
+    )
+    .expect("write the verdicts");
+    assert!(run_ok(&quick, &["runs"]).contains("claims 2/3 hold"));
+    let json: serde_json::Value =
+        serde_json::from_str(&run_ok(&quick, &["runs", "--json"])).expect("JSON");
+    assert_eq!(
+        json[0]["claims"],
+        serde_json::json!({"held": 2, "failed": 1})
+    );
+}
+
+#[test]
+fn a_missing_log_and_a_man_directory_that_is_a_file_are_named() {
+    let sandbox = quick_project();
+    run_ok(&sandbox, &["run", "quick"]);
+    let log = sandbox.results("quick").join("latest/logs/gen.log");
+    std::fs::remove_file(&log).expect("remove the log");
+    let missing = sandbox.run(&["logs", "gen"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    let message = text(&missing);
+    assert!(message.contains("error: node `gen` of run "), "{message}");
+    assert!(
+        message.contains("has no log at results/quick/"),
+        "{message}"
+    );
+    assert!(
+        message.contains("caused by: No such file or directory"),
+        "{message}"
+    );
+
+    sandbox.write("notes", "a file");
+    let refused = sandbox.run(&["man", "--out", "notes"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("error: cannot write the man pages into notes"),
+        "{}",
+        text(&refused)
+    );
+}
