@@ -189,6 +189,7 @@ pub fn list_runs(root: &Path, pipeline: Option<&str>) -> Result<Vec<RunInfo>> {
         None => pipelines(&results)?,
     };
     let live = live_run_dirs(&crate::project::lock_dir());
+    let live_dirs: Vec<PathBuf> = live.iter().filter_map(|run| run.dir.clone()).collect();
     let mut runs = Vec::new();
     for name in names {
         let base = results.join(&name);
@@ -218,6 +219,17 @@ pub fn list_runs(root: &Path, pipeline: Option<&str>) -> Result<Vec<RunInfo>> {
     runs.sort_by(|a, b| {
         (&b.manifest.started, &b.manifest.run_id).cmp(&(&a.manifest.started, &a.manifest.run_id))
     });
+    // Where a lock's holder could not be matched to its journal, only the newest unfinished run of that lock
+    // is taken as the live one; older unfinished runs there were interrupted.
+    let mut claimed = std::collections::BTreeSet::new();
+    for info in &mut runs {
+        if info.state == RunState::Running && !live_dirs.contains(&canonical(&info.dir)) {
+            let lock = run_lock_path(root, &info.manifest);
+            if !claimed.insert(lock) {
+                info.state = RunState::Interrupted;
+            }
+        }
+    }
     Ok(runs)
 }
 
@@ -245,6 +257,10 @@ fn state_of(root: &Path, dir: &Path, manifest: &RunManifest, live: &[LiveRun]) -
         return RunState::Running;
     }
     RunState::Interrupted
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }
 
 /// The testbed lock file a run of this manifest held (the rule `fracflow run` takes it by).
@@ -289,7 +305,7 @@ pub fn live_run_dirs(lock_dir: &Path) -> Vec<LiveRun> {
         let Ok(meta) = fs::metadata(&path) else {
             continue;
         };
-        let Some(&pid) = held.get(&meta.ino()) else {
+        let Some(&pid) = held.get(&(device_numbers(meta.dev()), meta.ino())) else {
             continue;
         };
         let text = fs::read_to_string(&path).unwrap_or_default();
@@ -310,9 +326,20 @@ pub fn live_run_dirs(lock_dir: &Path) -> Vec<LiveRun> {
     live
 }
 
-/// Inode → pid of every FLOCK in `/proc/locks` (lines like `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`).
-fn held_flocks() -> BTreeMap<u64, u32> {
-    let text = fs::read_to_string("/proc/locks").unwrap_or_default();
+/// A device's (major, minor) numbers from `st_dev`, in the Linux encoding `/proc/locks` prints them from.
+fn device_numbers(dev: u64) -> (u64, u64) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    (major, minor)
+}
+
+/// (device, inode) → pid of every FLOCK in `/proc/locks`, whose lines read
+/// `1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF` (major and minor in hex, the inode in decimal).
+fn held_flocks() -> BTreeMap<((u64, u64), u64), u32> {
+    parse_locks(&fs::read_to_string("/proc/locks").unwrap_or_default())
+}
+
+fn parse_locks(text: &str) -> BTreeMap<((u64, u64), u64), u32> {
     let mut held = BTreeMap::new();
     for line in text.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -323,10 +350,19 @@ fn held_flocks() -> BTreeMap<u64, u32> {
         let (Some(pid), Some(device_inode)) = (fields.get(4), fields.get(5)) else {
             continue;
         };
-        let inode = device_inode.rsplit(':').next().and_then(|i| i.parse().ok());
-        if let (Ok(pid), Some(inode)) = (pid.parse(), inode) {
-            held.insert(inode, pid);
-        }
+        let parts: Vec<&str> = device_inode.split(':').collect();
+        let [major, minor, inode] = parts.as_slice() else {
+            continue;
+        };
+        let (Ok(major), Ok(minor), Ok(inode), Ok(pid)) = (
+            u64::from_str_radix(major, 16),
+            u64::from_str_radix(minor, 16),
+            inode.parse(),
+            pid.parse(),
+        ) else {
+            continue;
+        };
+        held.insert(((major, minor), inode), pid);
     }
     held
 }
@@ -353,32 +389,47 @@ pub struct Progress {
 }
 
 pub fn progress(dir: &Path) -> Progress {
-    let events = read_events(dir);
+    /// Where a node stands after the events read so far; a failed attempt that is retried starts again.
+    enum Seen {
+        Running(u64),
+        Done,
+        Failed,
+    }
     let mut progress = Progress::default();
-    let mut running: BTreeMap<String, u64> = BTreeMap::new();
-    let mut finished: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    for event in &events {
-        match &event.kind {
-            EventKind::RunStarted { nodes, .. } => progress.total = *nodes,
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+    for event in read_events(dir) {
+        let (node, now) = match &event.kind {
+            EventKind::RunStarted { nodes, .. } => {
+                progress.total = *nodes;
+                continue;
+            }
             EventKind::NodeStarted { node, .. } | EventKind::NodeWaiting { node, .. } => {
-                running.entry(node.clone()).or_insert(event.at_ms);
+                if matches!(seen.get(node), Some(Seen::Running(_))) {
+                    continue;
+                }
+                (node, Seen::Running(event.at_ms))
             }
             EventKind::NodeCached { node, .. }
             | EventKind::NodeFinished { node, .. }
-            | EventKind::NodeSkipped { node, .. } => {
-                running.remove(node);
-                finished.insert(node.clone());
+            | EventKind::NodeSkipped { node, .. } => (node, Seen::Done),
+            EventKind::NodeFailed { node, .. } => (node, Seen::Failed),
+            EventKind::RunFinished { .. } | EventKind::Warning { .. } => continue,
+        };
+        seen.insert(node.clone(), now);
+    }
+    let mut running = BTreeMap::new();
+    for (node, state) in &seen {
+        match state {
+            Seen::Running(since) => {
+                running.insert(node.clone(), *since);
             }
-            EventKind::NodeFailed { node, .. } => {
-                running.remove(node);
-                if finished.insert(node.clone()) {
-                    progress.failed += 1;
-                }
+            Seen::Done => progress.done += 1,
+            Seen::Failed => {
+                progress.done += 1;
+                progress.failed += 1;
             }
-            EventKind::RunFinished { .. } | EventKind::Warning { .. } => {}
         }
     }
-    progress.done = finished.len();
     if let Ok(manifest) = fracflow_core::run::read_manifest(dir) {
         progress.total = progress.total.max(manifest.nodes.len());
         progress.pending = manifest
@@ -386,8 +437,7 @@ pub fn progress(dir: &Path) -> Progress {
             .iter()
             .filter(|(id, record)| {
                 matches!(record.status, NodeStatus::Pending | NodeStatus::Running)
-                    && !running.contains_key(*id)
-                    && !finished.contains(*id)
+                    && !seen.contains_key(*id)
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -399,4 +449,42 @@ pub fn progress(dir: &Path) -> Progress {
 /// The project root a run directory `<root>/results/<pipeline>/<run>` belongs to.
 pub fn root_of(run_dir: &Path) -> Option<&Path> {
     run_dir.parent()?.parent()?.parent()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_flocks_are_read_with_their_device_and_waiters_are_not() {
+        let text = "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 4343 08:01:1234 0 EOF\n\
+                    2: POSIX  ADVISORY  WRITE 77 00:2a:99 0 EOF\n\
+                    3: FLOCK  ADVISORY  WRITE 5 fd:0a:7 0 EOF\n";
+        let held = parse_locks(text);
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert_eq!(held.get(&((8, 1), 1234)), Some(&4242));
+        assert_eq!(held.get(&((0xfd, 0x0a), 7)), Some(&5));
+        assert_eq!(device_numbers((8 << 8) | 1), (8, 1));
+    }
+
+    #[test]
+    fn progress_counts_a_retried_node_once_and_running_again() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let lines = [
+            r#"{"at_ms":1000,"event":"run_started","pipeline":"p","run_id":"r","nodes":3,"testbed":"emulated"}"#,
+            r#"{"at_ms":1001,"event":"node_cached","node":"a","key":"k"}"#,
+            r#"{"at_ms":1002,"event":"node_started","node":"b","key":"k","attempt":1}"#,
+            r#"{"at_ms":1003,"event":"node_failed","node":"b","error":"transient"}"#,
+            r#"{"at_ms":1500,"event":"node_started","node":"b","key":"k","attempt":2}"#,
+            r#"{"at_ms":1501,"event":"node_fin"#,
+        ];
+        fs::write(dir.path().join("events.jsonl"), lines.join("\n"))?;
+        let progress = progress(dir.path());
+        assert_eq!(progress.total, 3);
+        assert_eq!(progress.done, 1, "{progress:?}");
+        assert_eq!(progress.failed, 0, "{progress:?}");
+        assert_eq!(progress.running, vec![("b".to_owned(), 1500)]);
+        Ok(())
+    }
 }
