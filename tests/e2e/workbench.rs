@@ -278,6 +278,26 @@ fn clean_keeps_latest_a_running_run_and_what_kept_runs_borrow() {
     run_ok(&quick, &["run", "quick"]);
     let before = run_dirs(&quick.results("quick"));
     assert_eq!(before.len(), 2, "{before:?}");
+    let fresh = run_ok(&quick, &["clean", "--older-than", "1h"]);
+    assert_eq!(
+        run_dirs(&quick.results("quick")),
+        before,
+        "runs written just now are younger: {fresh}"
+    );
+    assert!(fresh.contains("removed 0 run(s)"), "{fresh}");
+    // A clean killed between its rename and its removal left a `.trash-*` folder: the next one finishes it.
+    quick.write(
+        "results/quick/.trash-2000-01-01T000000-1/logs/x.log",
+        "left behind",
+    );
+    let finished = run_ok(&quick, &["clean", "--older-than", "1h"]);
+    assert!(finished.contains("removed the leftover"), "{finished}");
+    assert!(
+        !quick
+            .results("quick")
+            .join(".trash-2000-01-01T000000-1")
+            .exists()
+    );
     let kept = run_ok(&quick, &["clean", "--keep", "1"]);
     assert_eq!(run_dirs(&quick.results("quick")), before, "{kept}");
     assert!(kept.contains("links its nodes/ into it"), "{kept}");
