@@ -36,16 +36,24 @@ pub fn completions(args: &CompletionsArgs) -> Result<Exit> {
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "fracflow", &mut std::io::stdout());
+    // Generated into memory first: the generator panics on a failed write, and a closed pipe (`| head`) is not
+    // an error of ours.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "fracflow", &mut script);
+    super::runs::print_out(&script)?;
     Ok(Exit::Ok)
 }
 
 pub fn man(args: &ManArgs) -> Result<Exit> {
     let command = Cli::command();
     match &args.out {
-        None => clap_mangen::Man::new(command)
-            .render(&mut std::io::stdout())
-            .map_err(|e| Error::internal("writing the man page", e))?,
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command)
+                .render(&mut page)
+                .map_err(|e| Error::internal("writing the man page", e))?;
+            super::runs::print_out(&page)?;
+        }
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::io("cannot write the man pages into", dir, e))?;
