@@ -27,3 +27,4 @@ mod sume;
 mod testbed;
 mod tidy;
 mod trace;
+mod workbench;

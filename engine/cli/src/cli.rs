@@ -5,9 +5,21 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands::{
-    bitstreams::BitstreamsAction, cache::CacheAction, cpu_server::CpuServerArgs,
-    device::DeviceCommand, graph::GraphArgs, plan::PlanArgs, plot::PlotArgs, run::RunArgs,
-    testbed::TestbedAction, why::WhyArgs,
+    bitstreams::BitstreamsAction,
+    cache::CacheAction,
+    clean::CleanArgs,
+    completions::{CompletionsArgs, ManArgs},
+    cpu_server::CpuServerArgs,
+    device::DeviceCommand,
+    graph::GraphArgs,
+    logs::LogsArgs,
+    plan::PlanArgs,
+    plot::PlotArgs,
+    run::RunArgs,
+    runs::RunsArgs,
+    status::StatusArgs,
+    testbed::TestbedAction,
+    why::WhyArgs,
 };
 
 #[derive(Parser, Debug)]
@@ -76,6 +88,18 @@ pub enum Command {
         #[command(subcommand)]
         action: CacheAction,
     },
+    /// List the runs under results/, newest first: status, duration, node counts, claims, git commit.
+    Runs(RunsArgs),
+    /// The runs in progress on this machine: nodes done, running and left, and an estimate of the time left.
+    Status(StatusArgs),
+    /// Print a node's log from a run (default: the newest run holding the node).
+    Logs(LogsArgs),
+    /// Remove old run directories; never one a `latest` link points at, a running one, or one a kept run borrows.
+    Clean(CleanArgs),
+    /// Print a completion script for bash, zsh or fish.
+    Completions(CompletionsArgs),
+    /// Write the man pages.
+    Man(ManArgs),
 }
 
 #[cfg(test)]
@@ -97,6 +121,8 @@ mod tests {
             &["fracflow", "plan", "demo", "--rerun", "a[b"],
             &["fracflow", "cpu-server", "-n", "0"],
             &["fracflow", "cache", "gc", "--keep-days", "inf"],
+            &["fracflow", "clean", "--older-than", "7 days"],
+            &["fracflow", "completions", "powershell"],
         ] {
             let error = Cli::try_parse_from(argv).expect_err("a bad value");
             assert_eq!(error.exit_code(), 2, "{argv:?}: {error}");

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod human;
 pub mod project;
 pub mod reporter;
+pub mod rundirs;
 pub mod select;
 
 pub use error::{Error, Result};

@@ -67,5 +67,11 @@ fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Cache { action } => {
             commands::cache::run(&Project::open(root, cache, None)?, &action)
         }
+        Command::Runs(args) => commands::runs::run(&project::find_root(root)?, &args),
+        Command::Status(args) => commands::status::run(cache, &args),
+        Command::Logs(args) => commands::logs::run(&project::find_root(root)?, &args),
+        Command::Clean(args) => commands::clean::run(&project::find_root(root)?, &args),
+        Command::Completions(args) => commands::completions::completions(&args),
+        Command::Man(args) => commands::completions::man(&args),
     }
 }

@@ -2,15 +2,20 @@
 
 pub mod bitstreams;
 pub mod cache;
+pub mod clean;
 pub mod client;
+pub mod completions;
 pub mod cpu_server;
 pub mod device;
 pub mod exec;
 pub mod graph;
+pub mod logs;
 pub mod node_exec;
 pub mod plan;
 pub mod plot;
 pub mod run;
+pub mod runs;
+pub mod status;
 pub mod targets;
 pub mod testbed;
 pub mod why;
