@@ -1031,6 +1031,39 @@ mod tests {
         Ok((cache, entry))
     }
 
+    /// A run's hits come from the index only while the entry file and the blobs it was taken from are there.
+    #[test]
+    fn the_hit_index_is_checked_against_the_entry_and_its_blobs() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (cache, entry) = cache_with_one_entry(dir.path(), b"first result")?;
+        cache.save_index();
+        let index_file = dir.path().join("index.jsonl");
+        assert!(index_file.is_file(), "a put is recorded");
+        // A fresh engine serves the hit recorded for the entry file that is there...
+        let fresh = Cache::open(dir.path())?;
+        assert_eq!(fresh.lookup(&entry.key), Some(entry.hit()));
+        // ...and an entry replaced by another (a new file, as every publish is) is read again.
+        let mut other = entry.clone();
+        other.seconds = 7.5;
+        atomic_write(
+            &cache.entry_path(&entry.key),
+            &serde_json::to_vec(&other).map_err(io::Error::other)?,
+        )?;
+        let after_replace = Cache::open(dir.path())?;
+        assert_eq!(
+            after_replace.lookup(&entry.key).map(|h| h.seconds),
+            Some(7.5)
+        );
+        // A blob gone (a rename lost to power loss) makes the recorded hit a miss.
+        let blob = &entry.outputs["out"];
+        fs::remove_file(cache.blob_path(&blob.hash))?;
+        assert_eq!(Cache::open(dir.path())?.lookup(&entry.key), None);
+        // An index that is garbage is no index at all.
+        fs::write(&index_file, b"\0\0\0\0")?;
+        assert_eq!(Cache::open(dir.path())?.lookup(&entry.key), None);
+        Ok(())
+    }
+
     #[test]
     fn gc_removes_nothing_while_a_run_holds_the_cache() -> io::Result<()> {
         let dir = tempfile::tempdir()?;

@@ -135,6 +135,34 @@ pub(crate) fn remember(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds, load
         && std::fs::create_dir_all(dir).is_ok()
     {
         let _ = fracflow_record::atomic::atomic_replace(&path, &bytes);
+        prune(dir);
+    }
+}
+
+/// How many load memos a project keeps: one per pipeline, variant and testbed in use, and a rebuilt binary
+/// makes new ones, so the folder would otherwise grow by a pipeline's expanded size per rebuild.
+const MEMO_LIMIT: usize = 32;
+
+/// Removes the oldest memos beyond [`MEMO_LIMIT`]; a removed one is only a slower next load.
+fn prune(dir: &Path) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut memos: Vec<(std::time::SystemTime, PathBuf)> = listing
+        .filter_map(|item| item.ok())
+        .map(|item| item.path())
+        .filter(|path| {
+            path.extension().is_some_and(|e| e == "json")
+                && path.file_name() != discovery_path(Path::new("")).file_name()
+        })
+        .filter_map(|path| Some((std::fs::metadata(&path).ok()?.modified().ok()?, path)))
+        .collect();
+    if memos.len() <= MEMO_LIMIT {
+        return;
+    }
+    memos.sort();
+    for (_, path) in &memos[..memos.len() - MEMO_LIMIT] {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -204,5 +232,32 @@ pub(crate) fn remember_discovery(root: &Path, files: &[PathBuf], entries: &[crat
         && std::fs::create_dir_all(dir).is_ok()
     {
         let _ = fracflow_record::atomic::atomic_replace(&path, &bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_memos_and_discovery() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let start = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        for i in 0..MEMO_LIMIT + 5 {
+            let path = dir.path().join(format!("{i:02}.json"));
+            std::fs::write(&path, b"{}")?;
+            let file = std::fs::File::options().append(true).open(&path)?;
+            file.set_modified(start + std::time::Duration::from_secs(i as u64))?;
+        }
+        std::fs::write(dir.path().join("discovery.json"), b"{}")?;
+        prune(dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())?
+            .filter_map(|item| Some(item.ok()?.file_name().to_string_lossy().into_owned()))
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), MEMO_LIMIT + 1);
+        assert!(left.contains(&"discovery.json".to_owned()));
+        assert!(!left.contains(&"04.json".to_owned()) && left.contains(&"05.json".to_owned()));
+        Ok(())
     }
 }
