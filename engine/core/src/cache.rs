@@ -3,7 +3,8 @@
 //! Layout under the cache directory:
 //! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/<blake3 of node id>.json`,
 //! `tmp/` (staging, each directory named after the engine that owns it; see `Cache::remove_dead_staging`),
-//! `stat.json` (the stat cache), `locks/` (see `keylock`). Every file is published by temp → fsync → rename,
+//! `stat.json` (the stat cache), `index.jsonl` (what each entry serves a run, a copy that is checked before use:
+//! see `hitindex`), `locks/` (see `keylock`). Every file is published by temp → fsync → rename,
 //! so a kill leaves the old state or the new.
 //!
 //! Several engines, on one machine or several sharing the directory, may use one cache at once. Temporary
