@@ -169,3 +169,43 @@ fn a_command_killed_by_a_signal_is_reported_as_killed_by_that_signal() {
     assert!(shown.contains("`term` was killed by signal 15"), "{shown}");
     assert!(shown.contains("`seven` exited with code 7"), "{shown}");
 }
+
+/// The command a node runs is started through the small `fracflow-exec` built beside `fracflow`, and through
+/// `fracflow __exec` when the binary stands alone (as after `cargo run`, which builds only `fracflow`).
+#[test]
+fn commands_start_through_the_small_trampoline_or_the_commands_own() {
+    let pipeline = "pipeline: parent\nnodes:\n  who:\n    kind: command\n    outputs: [o]\n    \
+                    run: 'tr \"\\000\" \" \" < /proc/$PPID/cmdline > \"$FRACFLOW_OUT/o\"'\n";
+    let beside = Sandbox::new();
+    beside.write("pipelines/parent.yaml", pipeline);
+    let output = beside.run(&["run", "parent"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let parent = std::fs::read_to_string(beside.results("parent").join("latest/nodes/who/o"))
+        .expect("the node's output");
+    assert!(
+        parent.contains("fracflow-exec __exec"),
+        "started by {parent:?}"
+    );
+
+    // A hard link of the binary alone in a folder of its own: it finds no `fracflow-exec` beside itself.
+    let alone = Sandbox::new();
+    alone.write("pipelines/parent.yaml", pipeline);
+    let folder = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let binary = folder.path().join("fracflow");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_fracflow"), &binary).expect("hard link");
+    let command = std::process::Command::new(&binary)
+        .args(["run", "parent"])
+        .current_dir(alone.path())
+        .env("FRACFLOW_ROOT", alone.path())
+        .env("FRACFLOW_LOCK_DIR", alone.path().join("locks"))
+        .env_remove("FRACFLOW_CACHE")
+        .output()
+        .expect("spawn the lone fracflow");
+    assert!(command.status.success(), "{}", text(&command));
+    let parent = std::fs::read_to_string(alone.results("parent").join("latest/nodes/who/o"))
+        .expect("the node's output");
+    assert!(
+        parent.contains("fracflow __exec") && !parent.contains("fracflow-exec"),
+        "started by {parent:?}"
+    );
+}

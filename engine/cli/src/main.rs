@@ -17,7 +17,10 @@ fn main() -> ExitCode {
         return commands::exec::run(&args[2..]);
     }
     if let Ok(binary) = std::env::current_exe() {
-        process::use_trampoline(binary);
+        // The small trampoline built beside this binary when there is one (`cargo build` makes both; `cargo
+        // run` only this one), otherwise this binary's own hidden verb.
+        let small = binary.with_file_name("fracflow-exec");
+        process::use_trampoline(if small.is_file() { small } else { binary });
     }
     let outcome = if args.get(1).map(String::as_str) == Some(slurm::NODE_EXEC_VERB) {
         commands::node_exec::run(&args[2..])

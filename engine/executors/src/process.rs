@@ -31,7 +31,8 @@ pub const TRAMPOLINE_VERB: &str = "__exec";
 
 static TRAMPOLINE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Starts every later child through `binary __exec PPID PROGRAM ARGS…`, the supervisor in [`crate::trampoline`]
+/// Starts every later child through `binary __exec PPID PROGRAM ARGS…` (`binary` is the small `fracflow-exec`
+/// when it was built beside `fracflow`, else `fracflow` itself), the supervisor in [`crate::trampoline`]
 /// that kills the child's whole process tree when the engine dies. Without it (a library user), children are
 /// started directly and may outlive a killed engine. A trampoline, rather than a `pre_exec` hook, because a hook
 /// forces `fork()`, which copies the engine's page tables on every spawn: 15 ms per node with 10 000 nodes
