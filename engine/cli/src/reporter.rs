@@ -22,7 +22,8 @@ pub enum Reporter {
         total: usize,
         done: usize,
         /// Lines of cache hits not written yet: a no-op of 10 000 nodes would otherwise make 10 000 writes
-        /// to the terminal or log. Flushed before any other line, every `PLAIN_FLUSH`, and at the end.
+        /// to the terminal or log. Written with the next other line, with the first hit `PLAIN_FLUSH`
+        /// after the last write, and at the end.
         pending: String,
         flushed: Instant,
     },

@@ -164,6 +164,16 @@ pub fn output_hash(
     hasher.finalize().to_hex().to_string()
 }
 
+/// An entry file renewed within [`TOUCH_INTERVAL`].
+fn used_lately(entry_file: &fs::Metadata) -> bool {
+    entry_file.modified().is_ok_and(|modified| {
+        std::time::SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or_default()
+            < TOUCH_INTERVAL
+    })
+}
+
 fn split(hash: &str) -> (&str, &str) {
     hash.split_at(hash.len().min(2))
 }
@@ -339,14 +349,8 @@ impl Cache {
             self.index.remove(key);
             return None;
         }
-        let renewed = metadata.modified().is_ok_and(|modified| {
-            std::time::SystemTime::now()
-                .duration_since(modified)
-                .unwrap_or_default()
-                < TOUCH_INTERVAL
-        });
-        if !renewed {
-            self.touch(key);
+        if !used_lately(&metadata) {
+            self.renew(&path);
         }
         Some(hit)
     }
@@ -583,17 +587,15 @@ impl Cache {
     /// pipeline must not write one file per node.
     pub fn touch(&self, key: &str) {
         let path = self.entry_path(key);
-        let now = std::time::SystemTime::now();
-        let fresh = fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .is_ok_and(|modified| {
-                now.duration_since(modified).unwrap_or_default() < TOUCH_INTERVAL
-            });
-        if fresh {
-            return;
+        if !fs::metadata(&path).is_ok_and(|m| used_lately(&m)) {
+            self.renew(&path);
         }
-        if let Ok(file) = fs::File::options().append(true).open(&path) {
-            let _ = file.set_modified(now);
+    }
+
+    /// Sets an entry file's mtime to now (its last use, for `gc`).
+    fn renew(&self, entry_file: &Path) {
+        if let Ok(file) = fs::File::options().append(true).open(entry_file) {
+            let _ = file.set_modified(std::time::SystemTime::now());
         }
     }
 

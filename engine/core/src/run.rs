@@ -209,7 +209,8 @@ impl RunDir {
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
     ///
-    /// Cache hits are appended in batches (before any other event, every `EVENTS_FLUSH`, and at the end): a
+    /// Cache hits are appended in batches (with the next other event, with the first hit `EVENTS_FLUSH` after
+    /// the last write, and at the end; a hit is always followed by one of those): a
     /// kill may lose the last few, which the cache holds anyway, and a no-op of 10 000 nodes makes a handful of
     /// writes instead of 10 000.
     pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
