@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -398,6 +398,35 @@ impl Cache {
         Ok(BlobRef { hash, size })
     }
 
+    /// Moves a node's staged output into the blob store: by rename when it is a plain file with no other name
+    /// (no copy, and no new inode, which is most of what a small node costs the filesystem), else by copy as
+    /// [`Cache::store_blob`]. A symlink or a hard link may name a file outside the staging directory, whose
+    /// permissions and name must not change.
+    fn store_staged(&self, file: &Path) -> io::Result<BlobRef> {
+        let metadata = fs::symlink_metadata(file)?;
+        if !metadata.file_type().is_file() || metadata.nlink() != 1 {
+            return self.store_blob(file);
+        }
+        let hash = hash_file(file)?;
+        let size = metadata.len();
+        let target = self.blob_path(&hash);
+        if target.is_file() {
+            // Stored already; the staged copy goes with its staging directory.
+            return Ok(BlobRef { hash, size });
+        }
+        fs::create_dir_all(target.parent().unwrap_or(&self.root))?;
+        // The node wrote it without fsync: made durable before it gets its content's name.
+        fs::File::open(file)?.sync_all()?;
+        fs::set_permissions(file, fs::Permissions::from_mode(0o444))?;
+        // As in `store_blob`, no directory fsync: a rename that power loss undoes makes the entry incomplete.
+        match fs::rename(file, &target) {
+            Ok(()) => Ok(BlobRef { hash, size }),
+            // Staging on another filesystem than the blobs (a cache directory made of mounts).
+            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => self.store_blob(file),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Publishes a node's result: blobs first, then the entry (the commit point), then the node pointer.
     #[allow(clippy::too_many_arguments)]
     pub fn put(
@@ -428,7 +457,7 @@ impl Cache {
                         .unwrap_or(&file)
                         .to_string_lossy()
                         .into_owned();
-                    stored.insert(relative, self.store_blob(&file)?);
+                    stored.insert(relative, self.store_staged(&file)?);
                 }
                 continue;
             }
@@ -438,7 +467,7 @@ impl Cache {
                     format!("declared output `{name}` was not produced"),
                 ));
             }
-            stored.insert(name.clone(), self.store_blob(&path)?);
+            stored.insert(name.clone(), self.store_staged(&path)?);
         }
         let log = match log {
             Some(path) if fs::metadata(path).is_ok_and(|m| m.len() > 0) => {
@@ -1032,6 +1061,46 @@ mod tests {
             "now".into(),
         )?;
         Ok((cache, entry))
+    }
+
+    /// A staged output of its own is moved into the blob store; one that is another file's second name is
+    /// copied, and that file keeps its name and permissions.
+    #[test]
+    fn staged_outputs_are_moved_unless_they_name_a_file_elsewhere() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(&dir.path().join("cache"))?;
+        let outside = dir.path().join("users-file");
+        fs::write(&outside, b"the user's own file")?;
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o640))?;
+        let staged = cache.staging_dir("node")?;
+        fs::write(staged.join("own"), b"made by the node")?;
+        fs::hard_link(&outside, staged.join("linked"))?;
+        let entry = cache.put(
+            "node",
+            &fingerprint(),
+            &staged,
+            &["own".to_owned(), "linked".to_owned()],
+            BTreeMap::new(),
+            None,
+            0.1,
+            "now".into(),
+        )?;
+        assert!(!staged.join("own").exists(), "moved, not copied");
+        for (name, content) in [
+            ("own", &b"made by the node"[..]),
+            ("linked", b"the user's own file"),
+        ] {
+            let blob = cache.blob_path(&entry.outputs[name].hash);
+            assert_eq!(fs::read(&blob)?, content);
+            assert_eq!(fs::metadata(&blob)?.permissions().mode() & 0o777, 0o444);
+        }
+        assert_eq!(fs::metadata(&outside)?.permissions().mode() & 0o777, 0o640);
+        assert_eq!(
+            fs::metadata(&outside)?.nlink(),
+            2,
+            "the staged name is still there, not moved"
+        );
+        Ok(())
     }
 
     /// A run's hits come from the index only while the entry file and the blobs it was taken from are there.
