@@ -310,15 +310,17 @@ impl Cache {
 
     /// The entry for `key`, or None when absent or unreadable (an unreadable entry is a miss, never an error).
     pub fn get(&self, key: &str) -> Option<CacheEntry> {
-        let bytes = fs::read(self.entry_path(key)).ok()?;
-        let entry: CacheEntry = serde_json::from_slice(&bytes).ok()?;
-        let complete = entry.key == key
-            && entry
-                .outputs
-                .values()
-                .chain(entry.log.iter())
-                .all(|b| self.blob_path(&b.hash).is_file());
-        complete.then_some(entry)
+        let (entry, _) = self.read_entry(key)?;
+        self.blobs_exist(&entry.outputs, entry.log.as_ref())
+            .then_some(entry)
+    }
+
+    /// Every blob an entry names is in the store.
+    fn blobs_exist(&self, outputs: &BTreeMap<String, BlobRef>, log: Option<&BlobRef>) -> bool {
+        outputs
+            .values()
+            .chain(log)
+            .all(|b| self.blob_path(&b.hash).is_file())
     }
 
     /// What `key` serves a run, or None on a miss: [`Cache::get`] without reading the entry when the hit index
@@ -334,18 +336,13 @@ impl Cache {
         let hit = match self.index.get(key, identity) {
             Some(hit) => hit,
             None => {
-                let (entry, identity) = self.read_entry(&path)?;
+                let (entry, identity) = self.read_entry(key)?;
                 let hit = entry.hit();
                 self.index.insert(identity, hit.clone());
                 hit
             }
         };
-        let complete = hit
-            .outputs
-            .values()
-            .chain(hit.log.iter())
-            .all(|b| self.blob_path(&b.hash).is_file());
-        if !complete {
+        if !self.blobs_exist(&hit.outputs, hit.log.as_ref()) {
             self.index.remove(key);
             return None;
         }
@@ -355,14 +352,15 @@ impl Cache {
         Some(hit)
     }
 
-    /// The entry at `path` and the identity of the file it was read from (one open, so the two agree).
-    fn read_entry(&self, path: &Path) -> Option<(CacheEntry, EntryIdentity)> {
-        let mut file = fs::File::open(path).ok()?;
+    /// `key`'s entry, if it parses and names its own key, and the identity of the file it was read from (one
+    /// open, so the two agree). An unreadable entry is a miss, never an error.
+    fn read_entry(&self, key: &str) -> Option<(CacheEntry, EntryIdentity)> {
+        let mut file = fs::File::open(self.entry_path(key)).ok()?;
         let identity = EntryIdentity::of(&file.metadata().ok()?);
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut file, &mut bytes).ok()?;
         let entry: CacheEntry = serde_json::from_slice(&bytes).ok()?;
-        (path.file_name()? == format!("{}.json", entry.key).as_str()).then_some((entry, identity))
+        (entry.key == key).then_some((entry, identity))
     }
 
     /// Writes the hit index if this process changed it (best effort: the index only saves time).

@@ -75,12 +75,16 @@ impl HitIndex {
         &self.path
     }
 
-    fn with<T>(&self, act: impl FnOnce(&mut State) -> T) -> T {
-        let mut guard = match self.state.lock() {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<State>> {
+        match self.state.lock() {
             Ok(guard) => guard,
             // A thread that panicked while holding it left a map that is at worst missing a record.
             Err(poisoned) => poisoned.into_inner(),
-        };
+        }
+    }
+
+    fn with<T>(&self, act: impl FnOnce(&mut State) -> T) -> T {
+        let mut guard = self.lock();
         let state = guard.get_or_insert_with(|| State {
             records: read_records(&self.path),
             changed: HashMap::new(),
@@ -128,10 +132,7 @@ impl HitIndex {
     /// Writes the index when this process changed it, merged with what other engines wrote meanwhile (theirs
     /// for the keys this one did not touch). Best effort, as everything about the index.
     pub fn save(&self) -> io::Result<()> {
-        let mut guard = match self.state.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut guard = self.lock();
         let Some(state) = guard.as_mut() else {
             return Ok(());
         };
