@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::fingerprint::Fingerprint;
 use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
+use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
 use crate::statcache::hash_file;
 use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
 
@@ -141,6 +142,21 @@ pub struct Cache {
     root: PathBuf,
     /// Shared by the clones of one `Cache`, loaded on the first lookup.
     index: Arc<HitIndex>,
+    /// Asked on a local miss, fed with what is built here (see `remote`).
+    remote: Option<Arc<RemoteTier>>,
+}
+
+/// The largest entry a remote may send (local entries are a few KiB).
+const MAX_REMOTE_ENTRY: u64 = 16 << 20;
+
+/// Why a blob from the remote was not stored.
+enum BlobFetch {
+    /// The store failed: the tier goes down.
+    Store(RemoteError),
+    /// The remote does not hold it, or it could not be stored here.
+    Unusable(String),
+    /// Its bytes do not match their hash.
+    Mismatch(String),
 }
 
 /// Hash of a node's result as its dependents see it.
@@ -186,7 +202,18 @@ impl Cache {
         Ok(Cache {
             root: root.to_owned(),
             index: Arc::new(HitIndex::new(root)),
+            remote: None,
         })
+    }
+
+    /// This cache with a remote tier behind it.
+    pub fn with_remote(mut self, tier: Arc<RemoteTier>) -> Cache {
+        self.remote = Some(tier);
+        self
+    }
+
+    pub fn remote(&self) -> Option<&RemoteTier> {
+        self.remote.as_deref()
     }
 
     pub fn root(&self) -> &Path {
@@ -363,6 +390,173 @@ impl Cache {
         (entry.key == key).then_some((entry, identity))
     }
 
+    /// After a local miss, what the remote tier serves for `key`. With `fetch`, every blob the local cache
+    /// lacks is downloaded and kept only if its bytes hash to its name, then the entry is stored locally (so
+    /// `why`, `plan` and later runs see it as a local entry); without, the remote is only asked whether it
+    /// holds the entry and its blobs (`plan`). Never an error: a remote that fails is turned off with one
+    /// warning, an unusable entry or blob is reported and the node runs here.
+    pub fn lookup_remote(&self, key: &str, fetch: bool) -> Option<Hit> {
+        let tier = self.remote.as_deref()?;
+        if !tier.is_up() || !remote::is_hash(key) {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        match tier
+            .store()
+            .get_into(&remote::entry_object(key), &mut bytes, MAX_REMOTE_ENTRY)
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tier.count(|s| s.misses += 1);
+                return None;
+            }
+            Err(error) => {
+                tier.fail(&error);
+                return None;
+            }
+        }
+        let unusable = |why: &str| {
+            tier.warn(&format!(
+                "remote cache {}: {why} (key {}); the node runs here",
+                tier.describe(),
+                &key[..12]
+            ));
+        };
+        let entry = match remote_entry(key, &bytes) {
+            Ok(entry) => entry,
+            Err(why) => {
+                unusable(&format!("its entry is unusable: {why}"));
+                return None;
+            }
+        };
+        let missing: Vec<&BlobRef> = entry
+            .outputs
+            .values()
+            .chain(entry.log.as_ref())
+            .filter(|blob| !self.blob_path(&blob.hash).is_file())
+            .collect();
+        let mut downloaded = 0;
+        for blob in missing {
+            let got = if fetch {
+                self.fetch_blob(tier.store(), blob)
+            } else {
+                match tier.store().head(&remote::blob_object(&blob.hash)) {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err(BlobFetch::Unusable("a blob it names is missing".into())),
+                    Err(error) => Err(BlobFetch::Store(error)),
+                }
+            };
+            match got {
+                Ok(()) => downloaded += blob.size,
+                Err(BlobFetch::Store(error)) => {
+                    tier.fail(&error);
+                    return None;
+                }
+                Err(BlobFetch::Mismatch(why)) => {
+                    tier.reject(&blob.hash);
+                    unusable(&why);
+                    return None;
+                }
+                Err(BlobFetch::Unusable(why)) => {
+                    unusable(&why);
+                    return None;
+                }
+            }
+        }
+        if fetch {
+            if let Err(error) = self.keep_remote_entry(&entry, &bytes) {
+                unusable(&format!("storing its entry here failed: {error}"));
+                return None;
+            }
+            tier.count(|s| {
+                s.hits += 1;
+                s.downloaded_bytes += downloaded + bytes.len() as u64;
+            });
+        }
+        Some(entry.hit())
+    }
+
+    /// Downloads one blob into the store: to a private temporary, hashed, fsynced, renamed to its name.
+    fn fetch_blob(&self, store: &dyn RemoteStore, blob: &BlobRef) -> Result<(), BlobFetch> {
+        let target = self.blob_path(&blob.hash);
+        let dir = target.parent().unwrap_or(&self.root).to_owned();
+        let local = |e: io::Error| BlobFetch::Unusable(format!("writing a blob here failed: {e}"));
+        fs::create_dir_all(&dir).map_err(local)?;
+        let staged = dir.join(format!(".{}.{}.part", &blob.hash[..16], unique_suffix()));
+        let result = (|| {
+            let mut file = fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&staged)
+                .map_err(local)?;
+            let mut hashing = HashingWriter {
+                file: &mut file,
+                hasher: blake3::Hasher::new(),
+            };
+            match store.get_into(&remote::blob_object(&blob.hash), &mut hashing, blob.size) {
+                Ok(true) => {}
+                Ok(false) => return Err(BlobFetch::Unusable("a blob it names is missing".into())),
+                Err(error) => return Err(BlobFetch::Store(error)),
+            }
+            let actual = hashing.hasher.finalize().to_hex();
+            if actual.as_str() != blob.hash {
+                return Err(BlobFetch::Mismatch(format!(
+                    "blob {} from the remote does not match its hash (got {}); discarded",
+                    &blob.hash[..12],
+                    &actual[..12]
+                )));
+            }
+            file.sync_all().map_err(local)?;
+            fs::set_permissions(&staged, fs::Permissions::from_mode(0o444)).map_err(local)?;
+            fs::rename(&staged, &target).map_err(local)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&staged);
+        }
+        result
+    }
+
+    /// Stores a remote entry (whose blobs are all here now) as a local one, with its node's pointer.
+    fn keep_remote_entry(&self, entry: &CacheEntry, bytes: &[u8]) -> io::Result<()> {
+        let entry_path = self.entry_path(&entry.key);
+        atomic_write(&entry_path, bytes)?;
+        if let Ok(metadata) = fs::metadata(&entry_path) {
+            self.index.insert(EntryIdentity::of(&metadata), entry.hit());
+        }
+        self.record_pointer(&entry.node, &entry.key, entry.seconds)
+    }
+
+    /// Queues `entry`, just built here by a node of `kind`, for upload to the remote tier, if there is one
+    /// that takes uploads and the policy lets it travel.
+    pub fn upload(&self, entry: &CacheEntry, kind: &str) {
+        let Some(tier) = self.remote.as_deref() else {
+            return;
+        };
+        if tier.mode() == remote::RemoteMode::Read || !tier.is_up() {
+            return;
+        }
+        let blobs: Vec<(String, PathBuf, u64)> = entry
+            .outputs
+            .values()
+            .chain(entry.log.as_ref())
+            .map(|b| (b.hash.clone(), self.blob_path(&b.hash), b.size))
+            .collect();
+        let size: u64 = blobs.iter().map(|(_, _, size)| size).sum();
+        let policy = tier.policy();
+        if policy.skip_kinds.contains(kind) || size > policy.max_entry_bytes {
+            tier.count(|s| s.skipped_uploads += 1);
+            return;
+        }
+        let Ok(bytes) = fs::read(self.entry_path(&entry.key)) else {
+            return;
+        };
+        tier.enqueue(Upload {
+            key: entry.key.clone(),
+            entry: bytes,
+            blobs,
+        });
+    }
+
     /// Writes the hit index if this process changed it (best effort: the index only saves time).
     pub fn save_index(&self) {
         let _ = self.index.save();
@@ -494,17 +688,22 @@ impl Cache {
         if let Ok(metadata) = fs::metadata(&entry_path) {
             self.index.insert(EntryIdentity::of(&metadata), entry.hit());
         }
+        self.record_pointer(node, &key, seconds)?;
+        Ok(entry)
+    }
+
+    /// Points `node`'s pointer at `key` and adds a duration to its estimates.
+    fn record_pointer(&self, node: &str, key: &str, seconds: f64) -> io::Result<()> {
         // A read-modify-write that a concurrent engine may undo: at worst one duration is lost from an estimate.
         let mut pointer = self.pointer(node).unwrap_or_default();
         pointer.node = node.to_owned();
-        pointer.latest_key = key;
+        pointer.latest_key = key.to_owned();
         pointer.durations.push(seconds);
         let excess = pointer.durations.len().saturating_sub(DURATION_HISTORY);
         pointer.durations.drain(..excess);
         // The pointer only serves `why` and estimates: replaced atomically, but not worth an fsync per node.
         let bytes = serde_json::to_vec(&pointer).map_err(io::Error::other)?;
-        atomic_replace(&self.pointer_path(node), &bytes)?;
-        Ok(entry)
+        atomic_replace(&self.pointer_path(node), &bytes)
     }
 
     pub fn pointer(&self, node: &str) -> Option<NodePointer> {
@@ -883,6 +1082,57 @@ fn files_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     files.sort();
     Ok(files)
+}
+
+/// An entry a remote sent for `key`, if it is one: it parses, names `key`, its format is this engine's, its
+/// output hash is what its outputs and metrics make, and every name in it is safe to become a path.
+fn remote_entry(key: &str, bytes: &[u8]) -> Result<CacheEntry, String> {
+    let entry: CacheEntry =
+        serde_json::from_slice(bytes).map_err(|e| format!("not an entry: {e}"))?;
+    if entry.key != key {
+        return Err("it names another key".into());
+    }
+    if entry.format_version != FORMAT_VERSION {
+        return Err(format!(
+            "format {} (this engine reads {FORMAT_VERSION})",
+            entry.format_version
+        ));
+    }
+    let blobs_are_hashes = entry
+        .outputs
+        .values()
+        .chain(entry.log.as_ref())
+        .all(|b| remote::is_hash(&b.hash));
+    if !blobs_are_hashes
+        || !entry
+            .outputs
+            .keys()
+            .all(|name| remote::is_output_name(name))
+    {
+        return Err("it names a blob or an output that is not well-formed".into());
+    }
+    if output_hash(&entry.outputs, &entry.metrics) != entry.output_hash {
+        return Err("its output hash does not match its outputs".into());
+    }
+    Ok(entry)
+}
+
+/// Writes through to a file and hashes what it writes.
+struct HashingWriter<'a> {
+    file: &'a mut fs::File,
+    hasher: blake3::Hasher,
+}
+
+impl io::Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.file.write(buf)?;
+        self.hasher.update(&buf[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,8 @@ pub(crate) fn key<'c>(
 pub(crate) enum Need {
     /// Cacheable, and its key is in the cache: published from there, never executed.
     Hit(Box<Hit>),
+    /// Cacheable, not in the local cache, and the remote tier holds it (asked without downloading: `plan`).
+    Remote(Box<Hit>),
     /// Cacheable, and its key is not in the cache: it executes, holding the key's lock.
     Miss,
     /// Named by `--rerun`: it executes even though its key may be cached.
@@ -108,6 +110,15 @@ pub(crate) enum Need {
 /// Why a lazy effect did not run.
 pub(crate) const NOT_NEEDED: &str = "nothing that needs it runs";
 
+/// How a local miss asks the remote tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AskRemote {
+    /// Download what it holds (a run): a remote hit becomes a local one.
+    Fetch,
+    /// Only ask whether it holds it (`plan`).
+    Probe,
+}
+
 /// What `spec`, keyed as `keyed`, needs. `has_dependents`: some node of the run depends on it.
 pub(crate) fn decide(
     engine: Engine<'_>,
@@ -115,6 +126,7 @@ pub(crate) fn decide(
     keyed: &Keyed,
     options: &RunOptions,
     has_dependents: bool,
+    ask_remote: AskRemote,
 ) -> Need {
     let forced = options.forces(&spec.id);
     if keyed.lazy {
@@ -132,8 +144,17 @@ pub(crate) fn decide(
     if forced {
         return Need::Forced;
     }
-    match engine.cache.lookup(&keyed.key) {
-        Some(entry) => Need::Hit(Box::new(entry)),
-        None => Need::Miss,
+    if let Some(hit) = engine.cache.lookup(&keyed.key) {
+        return Need::Hit(Box::new(hit));
+    }
+    match ask_remote {
+        AskRemote::Fetch => engine
+            .cache
+            .lookup_remote(&keyed.key, true)
+            .map_or(Need::Miss, |hit| Need::Hit(Box::new(hit))),
+        AskRemote::Probe => engine
+            .cache
+            .lookup_remote(&keyed.key, false)
+            .map_or(Need::Miss, |hit| Need::Remote(Box::new(hit))),
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
-use crate::decide::{self, Contribution, Need, Unkeyed};
+use crate::decide::{self, AskRemote, Contribution, Need, Unkeyed};
 use crate::fingerprint::{FieldChange, Fingerprint};
 use crate::graph::Graph;
 use crate::scheduler::{Engine, RunOptions};
@@ -16,6 +16,8 @@ use crate::scheduler::{Engine, RunOptions};
 pub enum Verdict {
     /// Its key is in the cache.
     Cached { key: String },
+    /// Its key is not in the local cache but the remote tier holds it: the run downloads it, runs nothing.
+    Remote { key: String },
     /// Its key is new; `changes` says what differs from the node's newest cached entry (empty: no entry).
     Run {
         key: String,
@@ -58,7 +60,7 @@ impl PlanItem {
     pub fn will_run(&self) -> bool {
         !matches!(
             self.verdict,
-            Verdict::Cached { .. } | Verdict::NotNeeded { .. }
+            Verdict::Cached { .. } | Verdict::Remote { .. } | Verdict::NotNeeded { .. }
         )
     }
 }
@@ -113,7 +115,14 @@ pub fn plan(
             ),
             Ok(keyed) => {
                 let has_dependents = graph.dependents(index).any(|d| selected.contains(&d));
-                let need = decide::decide(engine, spec, &keyed, options, has_dependents);
+                let need = decide::decide(
+                    engine,
+                    spec,
+                    &keyed,
+                    options,
+                    has_dependents,
+                    AskRemote::Probe,
+                );
                 let key = keyed.key.clone();
                 if keyed.lazy {
                     known.insert(index, Known::Effect(key.clone()));
@@ -123,6 +132,11 @@ pub fn plan(
                         hit_bytes = Some(entry.outputs.values().map(|b| b.size).sum());
                         known.insert(index, Known::Output(entry.output_hash));
                         Verdict::Cached { key }
+                    }
+                    Need::Remote(entry) => {
+                        hit_bytes = Some(entry.outputs.values().map(|b| b.size).sum());
+                        known.insert(index, Known::Output(entry.output_hash));
+                        Verdict::Remote { key }
                     }
                     Need::Miss => {
                         let changes = pointer
@@ -144,7 +158,7 @@ pub fn plan(
             }
         };
         // A cached node costs no time; its past durations and sizes are read only for nodes that run, once.
-        let cached = matches!(verdict, Verdict::Cached { .. });
+        let cached = matches!(verdict, Verdict::Cached { .. } | Verdict::Remote { .. });
         let mut history = || {
             pointer
                 .get_or_insert_with(|| engine.cache.pointer(&spec.id))
@@ -189,7 +203,10 @@ pub fn plan(
                 }
                 Verdict::AfterUpstream { upstream } => pending.extend(upstream.iter().cloned()),
                 // A node whose key cannot be computed fails before it could need anything.
-                Verdict::Cached { .. } | Verdict::NotNeeded { .. } | Verdict::Error { .. } => {}
+                Verdict::Cached { .. }
+                | Verdict::Remote { .. }
+                | Verdict::NotNeeded { .. }
+                | Verdict::Error { .. } => {}
             }
         }
         let Some(&item) = item_of.get(&index) else {

@@ -423,7 +423,7 @@ fn agree(
         };
         let matches = skipped_for_failure.contains(id)
             || match &item.verdict {
-                Verdict::Cached { .. } => *status == NodeStatus::Cached,
+                Verdict::Cached { .. } | Verdict::Remote { .. } => *status == NodeStatus::Cached,
                 Verdict::Run { .. } | Verdict::Forced { .. } | Verdict::Always { .. } => {
                     *status == ran
                 }

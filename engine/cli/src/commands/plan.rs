@@ -59,8 +59,19 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
     } else {
         String::new()
     };
+    let remote = items
+        .iter()
+        .filter(|i| matches!(i.verdict, Verdict::Remote { .. }))
+        .count();
+    let remote_note = match project.cache.remote() {
+        Some(tier) => format!(
+            " ({remote} of them from the remote cache {})",
+            tier.describe()
+        ),
+        None => String::new(),
+    };
     println!(
-        "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached{not_needed_note}",
+        "plan: pipeline `{}`, testbed `{}` ({}): {} nodes, {} to run, {} cached{remote_note}{not_needed_note}",
         loaded.pipeline.name,
         select.testbed,
         testbed.profile.description,
@@ -110,6 +121,7 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
     for item in &items {
         let (tag, reason) = match &item.verdict {
             Verdict::Cached { .. } => ("cached", String::new()),
+            Verdict::Remote { .. } => ("cached", "from the remote cache".to_owned()),
             Verdict::Run { changes, .. } if changes.is_empty() => {
                 ("run", "no cached entry".to_owned())
             }

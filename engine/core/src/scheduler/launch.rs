@@ -112,7 +112,11 @@ impl Launch<'_> {
             });
             let _ = fs::remove_dir_all(&staging);
             match published {
-                Ok(entry) => return Ok(entry),
+                Ok(entry) => {
+                    // In the background, after the commit: a slow remote never delays a dependent.
+                    engine.cache.upload(&entry, &spec.kind);
+                    return Ok(entry);
+                }
                 Err(error)
                     if error.transient && attempt < spec.retries && !cancel.is_cancelled() =>
                 {

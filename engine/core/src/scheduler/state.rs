@@ -20,7 +20,7 @@ use petgraph::graph::NodeIndex;
 use fracflow_record::{EventKind, NodeStatus, RunStatus};
 
 use crate::cache::Hit;
-use crate::decide::{self, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
+use crate::decide::{self, AskRemote, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
 use crate::exec::{Cancel, NodeError, RunIdentity};
 use crate::fingerprint::Fingerprint;
 use crate::graph::Graph;
@@ -322,7 +322,14 @@ impl<'a> Run<'a> {
             .graph
             .dependents(index)
             .any(|d| self.selected.contains(&d));
-        let need = decide::decide(self.engine, spec, &keyed, self.options, has_dependents);
+        let need = decide::decide(
+            self.engine,
+            spec,
+            &keyed,
+            self.options,
+            has_dependents,
+            AskRemote::Fetch,
+        );
         if keyed.lazy {
             // Its dependents key on its key, so they can be keyed now; whether it runs depends on theirs.
             self.run_dir.record_mut(&spec.id, &spec.kind).key = Some(keyed.key.clone());
@@ -331,7 +338,7 @@ impl<'a> Run<'a> {
         let lazy = keyed.lazy;
         let forced = matches!(need, Need::Forced);
         match need {
-            Need::Hit(entry) => self.use_cached(index, *entry),
+            Need::Hit(entry) | Need::Remote(entry) => self.use_cached(index, *entry),
             Need::IfNeeded => {
                 self.states
                     .insert(index, State::Deferred(Queued::new(keyed, forced)));
