@@ -18,6 +18,7 @@ mod plan_why;
 mod provenance;
 mod realflow;
 mod refused;
+mod remote_cache;
 mod rpcnic;
 mod shared_cache;
 mod slurm;

@@ -5,7 +5,7 @@ use std::process::Command;
 
 /// Which fracflow crates each crate may import (normal and build dependencies).
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let table: [(&str, &[&str]); 10] = [
+    let table: [(&str, &[&str]); 11] = [
         ("fracflow-record", &[]),
         ("fracflow-proto", &[]),
         ("fracflow-core", &["fracflow-record"]),
@@ -14,6 +14,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("fracflow-aggregate", &["fracflow-record"]),
         ("fracflow-plot", &["fracflow-record"]),
         ("fracflow-loader", &["fracflow-core", "fracflow-record"]),
+        ("fracflow-remote", &["fracflow-core"]),
         (
             "fracflow-executors",
             &[
@@ -38,6 +39,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "fracflow-emulator",
                 "fracflow-aggregate",
                 "fracflow-plot",
+                "fracflow-remote",
             ],
         ),
     ];

@@ -43,6 +43,28 @@ pub struct Globals {
     /// Cache directory (default: FRACFLOW_CACHE, else <root>/.fracflow/cache).
     #[arg(long, global = true)]
     pub cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteFlags,
+}
+
+/// The lab's remote cache behind the local one (`run` and `plan` use it).
+#[derive(Args, Debug, Clone, Default)]
+pub struct RemoteFlags {
+    /// http(s)://HOST/PATH (WebDAV PUT/GET/HEAD) or s3://BUCKET/PREFIX (default: FRACFLOW_REMOTE_CACHE, else
+    /// the testbed profile's `remote_cache.url`). Credentials: FRACFLOW_REMOTE_CACHE_USER and
+    /// FRACFLOW_REMOTE_CACHE_PASSWORD, or netrc; for S3 the AWS_* variables.
+    #[arg(long, global = true, value_name = "URL")]
+    pub remote_cache: Option<String>,
+    /// `read` only downloads; `read-write` (default) also uploads what this machine builds (default:
+    /// FRACFLOW_REMOTE_CACHE_MODE, else the profile's).
+    #[arg(long, global = true, value_name = "MODE", value_parser = ["read", "read-write"])]
+    pub remote_cache_mode: Option<String>,
+    /// Entries larger than this many MiB are not uploaded (default: the profile's, else 256).
+    #[arg(long, global = true, value_name = "MIB")]
+    pub remote_cache_max_upload: Option<u64>,
+    /// Never upload nodes of this kind (repeatable; added to the profile's `skip_kinds`).
+    #[arg(long, global = true, value_name = "KIND")]
+    pub remote_cache_skip_kind: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -41,11 +41,13 @@ fn dispatch(cli: Cli) -> Result<Exit> {
     let cache = cli.globals.cache.as_deref();
     match cli.command {
         Command::Run(args) => commands::run::run(
-            &Project::open(root, cache, Some(&args.select.testbed))?,
+            &Project::open(root, cache, Some(&args.select.testbed))?
+                .with_remote(&cli.globals.remote)?,
             &args,
         ),
         Command::Plan(args) => commands::plan::run(
-            &Project::open(root, cache, Some(&args.select.testbed))?,
+            &Project::open(root, cache, Some(&args.select.testbed))?
+                .with_remote(&cli.globals.remote)?,
             &args,
         ),
         Command::Why(args) => {

@@ -12,8 +12,10 @@ use fracflow_executors::images::ImageChoice;
 use fracflow_executors::testbed::{Session, TestbedProfile};
 use fracflow_loader::{LoadOptions, Loaded};
 
+use crate::cli::RemoteFlags;
 use crate::error::{Error, Result};
 use crate::select::Select;
+use fracflow_core::remote::{RemoteMode, RemoteTier, UploadPolicy};
 
 /// The project root: `--root`, else `FRACFLOW_ROOT`, else the nearest ancestor of the current directory
 /// that holds a `pipelines/` folder.
@@ -267,6 +269,56 @@ impl Project {
             testbed,
             kinds,
         })
+    }
+
+    /// The project with the remote cache tier the flags, `FRACFLOW_REMOTE_CACHE*` or the testbed profile name
+    /// (in that order), if any. A URL that cannot be used is an error; a remote that fails later only warns.
+    pub fn with_remote(mut self, flags: &RemoteFlags) -> Result<Project> {
+        let profile = self
+            .testbed
+            .as_ref()
+            .and_then(|t| t.profile.remote_cache.clone())
+            .unwrap_or_default();
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let Some(url) = flags
+            .remote_cache
+            .clone()
+            .or_else(|| from_env("FRACFLOW_REMOTE_CACHE"))
+            .or(profile.url)
+        else {
+            return Ok(self);
+        };
+        let mode = match flags
+            .remote_cache_mode
+            .clone()
+            .or_else(|| from_env("FRACFLOW_REMOTE_CACHE_MODE"))
+            .or(profile.mode)
+            .as_deref()
+        {
+            None | Some("read-write") => RemoteMode::ReadWrite,
+            Some("read") => RemoteMode::Read,
+            Some(other) => {
+                return Err(Error::bad_input(format!(
+                    "remote cache mode `{other}` is neither `read` nor `read-write`"
+                )));
+            }
+        };
+        let mut policy = UploadPolicy::default();
+        if let Some(mib) = flags.remote_cache_max_upload.or(profile.max_upload_mib) {
+            policy.max_entry_bytes = mib.saturating_mul(1 << 20);
+        }
+        policy.skip_kinds = profile
+            .skip_kinds
+            .into_iter()
+            .chain(flags.remote_cache_skip_kind.iter().cloned())
+            .collect();
+        let store = fracflow_remote::open(&url).map_err(|e| Error::bad_input(e.to_string()))?;
+        // The engine does not print: the tier's warnings reach the terminal here.
+        let warn: Arc<dyn Fn(&str) + Send + Sync> =
+            Arc::new(|message: &str| eprintln!("warning: {message}"));
+        let tier = RemoteTier::new(Arc::new(store), mode, policy, warn);
+        self.cache = self.cache.with_remote(Arc::new(tier));
+        Ok(self)
     }
 
     /// The testbed the project was opened with.

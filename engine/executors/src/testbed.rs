@@ -46,6 +46,27 @@ pub struct TestbedProfile {
     /// artifact's images pinned in `bitstreams/frac-example.yaml` elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<crate::images::ImagesProfile>,
+    /// The lab's remote cache for runs on this testbed (`--remote-cache` and `FRACFLOW_REMOTE_CACHE` win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_cache: Option<RemoteCacheProfile>,
+}
+
+/// `remote_cache:` of a profile: where the lab's cache is and what travels to it.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteCacheProfile {
+    /// `http(s)://HOST/PATH` or `s3://BUCKET/PREFIX`; credentials never go here.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `read` downloads only; `read-write` (default) also uploads what this machine builds.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Entries whose outputs sum to more than this many MiB are not uploaded (default 256).
+    #[serde(default)]
+    pub max_upload_mib: Option<u64>,
+    /// Node kinds whose entries are never uploaded (e.g. `measure`, whose raw samples are large).
+    #[serde(default)]
+    pub skip_kinds: Vec<String>,
 }
 
 impl TestbedProfile {

@@ -9,7 +9,7 @@ use fracflow_record::RunStatus;
 
 use crate::error::{Error, Result};
 use crate::exit::Exit;
-use crate::human::shown;
+use crate::human::{self, shown};
 use crate::project::{self, Project};
 use crate::reporter::Reporter;
 use crate::select::Select;
@@ -119,6 +119,11 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     .map_err(|e| Error::internal(format!("running {}", run_dir.dir().display()), e))?;
     // The emulated device lives as long as the run.
     testbed.session.stop();
+    // Uploads run in the background while nodes run; the run is over once they are done.
+    let remote = project
+        .cache
+        .remote()
+        .map(|tier| (tier.describe(), tier.finish()));
     let report = fracflow_executors::report::write_run_report(run_dir.dir(), &project.cache)
         .map_err(|e| Error::internal("writing the run report", e))?;
     let failed_expectations: Vec<_> = report.expectations.iter().filter(|e| !e.passed).collect();
@@ -135,6 +140,33 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
             eprintln!(
                 "error: node `{node}` failed: {error}\n  log: {}",
                 run_dir.log_path(node).display()
+            );
+        }
+        if let Some((url, stats)) = &remote {
+            eprintln!(
+                "remote cache {url}: {} hit(s), {} downloaded; {} entr{} uploaded, {}{}{}",
+                stats.hits,
+                human::bytes(stats.downloaded_bytes),
+                stats.uploaded_entries,
+                if stats.uploaded_entries == 1 {
+                    "y"
+                } else {
+                    "ies"
+                },
+                human::bytes(stats.uploaded_bytes),
+                if stats.skipped_uploads > 0 {
+                    format!(
+                        "; {} not uploaded by the upload policy",
+                        stats.skipped_uploads
+                    )
+                } else {
+                    String::new()
+                },
+                if stats.went_down {
+                    "; it failed during the run, which went on locally"
+                } else {
+                    ""
+                }
             );
         }
         for figure in &report.figures {
