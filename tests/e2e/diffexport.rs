@@ -332,6 +332,18 @@ fn export_and_verify_pass_untouched_and_fail_on_a_tampered_figure_or_table() {
     assert_eq!(provenance["testbed_profile"]["kind"], "emulated");
     assert_eq!(provenance["raw_samples"], true);
 
+    let lean = sandbox.path().join("lean.tar.zst");
+    run_ok(
+        &sandbox,
+        &["export", "latest", "--out", lean.to_str().expect("utf-8")],
+    );
+    let lean_names: Vec<String> = entries(&lean).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !lean_names.iter().any(|n| n.ends_with("seconds.jsonl"))
+            && lean_names.contains(&format!("nodes/{gen_dir}/summary.json")),
+        "without --with-samples: the summaries, not the raw samples: {lean_names:?}"
+    );
+
     let shown = run_ok(&sandbox, &["verify", bundle.to_str().expect("utf-8")]);
     assert!(
         shown.contains("1 figure(s) re-drawn from the bundle's tables are identical"),

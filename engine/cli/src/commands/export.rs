@@ -139,10 +139,12 @@ fn files_of(info: &RunInfo, with_samples: bool) -> Result<BTreeMap<String, PathB
         let dir = info.dir.join("nodes").join(&dir_name);
         let whole = matches!(record.kind.as_str(), "plot" | "aggregate" | "check");
         for name in record.outputs.keys() {
-            let wanted = whole
-                || RECORD_FILES.contains(&name.as_str())
-                || (with_samples && SAMPLE_FILES.contains(&name.as_str()))
-                || is_table(name);
+            // `samples.parquet` is a table by its name, but the raw samples only come when asked for.
+            let wanted = if SAMPLE_FILES.contains(&name.as_str()) {
+                with_samples
+            } else {
+                whole || RECORD_FILES.contains(&name.as_str()) || is_table(name)
+            };
             if wanted {
                 add(format!("nodes/{dir_name}/{name}"), dir.join(name))?;
             }
