@@ -145,7 +145,8 @@ fn diff_names_the_changed_parameter_and_judges_the_shift_and_the_unchanged_point
         low <= injected && injected <= high && low > 2.0,
         "the interval [{low}, {high}] must contain the injected +{injected}% and lie above the noise threshold"
     );
-    assert_eq!(interval["seconds_a"], 28, "seconds from from_s = 2 on");
+    assert_eq!(interval["unit"], "seconds");
+    assert_eq!(interval["units_a"], 28, "seconds from from_s = 2 on");
 
     let unchanged = point(&diff, "1024");
     assert_eq!(unchanged["verdict"], "no change", "{unchanged:#}");

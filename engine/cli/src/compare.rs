@@ -108,10 +108,10 @@ impl Counterpart {
                 "resampled seconds, mean of thread averages"
             }
             (Values::ThreadAverages, _) => "resampled seconds, quantile of thread averages",
-            (Values::Mean, _) => "resampled seconds, mean of per-second means",
-            (Values::P50, _) => "resampled seconds, median of per-second medians",
-            (Values::P99, _) => "resampled seconds, median of per-second p99s",
-            (Values::Throughput, _) => "resampled seconds, mean of per-second throughputs",
+            (Values::Mean, _) => "mean of per-second means",
+            (Values::P50, _) => "median of per-second medians",
+            (Values::P99, _) => "median of per-second p99s",
+            (Values::Throughput, _) => "mean of their throughputs",
         }
     }
 
@@ -237,6 +237,75 @@ pub fn read_seconds(path: &Path, from_s: u64, member: Option<u64>) -> Result<Per
                 throughput_gbps: sums.gbps,
                 thread_averages_us: sums.thread_averages_us,
             }
+        })
+        .collect())
+}
+
+/// A point's raw samples are cut into this many blocks of consecutive send times, the resampling unit when the
+/// seconds are too few: a run the emulated testbed caps at 4 s leaves 3 seconds, but 20 blocks of 150 ms.
+pub const SAMPLE_BLOCKS: usize = 20;
+/// The largest `samples.parquet` read (about 15 M requests).
+const MAX_SAMPLES_FILE: u64 = 512 << 20;
+
+/// The aggregate's cuts of a point's raw samples (its `skip_s`, `drop_fraction` and `latency`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleCuts {
+    pub skip_ns: u64,
+    pub drop_fraction: f64,
+    /// `latency: last_piece` (fperf's, the default) rather than `from_send`.
+    pub last_piece: bool,
+}
+
+/// Reads a point's `samples.parquet` and cuts it as the aggregate did (samples sent before `skip_ns`, then the
+/// first `drop_fraction` of each thread's samples in seq order), then splits the kept samples into
+/// [`SAMPLE_BLOCKS`] blocks of equal send-time span; each block is one [`Second`] (its mean, median and p99).
+pub fn read_sample_blocks(path: &Path, cuts: SampleCuts) -> Result<PerSecond, String> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if size > MAX_SAMPLES_FILE {
+        return Err(format!(
+            "{}: {size} bytes, more than the {MAX_SAMPLES_FILE} a diff reads",
+            path.display()
+        ));
+    }
+    let mut samples = fracflow_client::read_samples_parquet(path).map_err(|e| e.to_string())?;
+    samples.retain(|s| s.t_send_ns >= cuts.skip_ns);
+    if cuts.drop_fraction > 0.0 {
+        samples.sort_by_key(|s| (s.thread, s.seq));
+        let mut kept = Vec::with_capacity(samples.len());
+        for run in samples.chunk_by(|x, y| x.thread == y.thread) {
+            let drop = (run.len() as f64 * cuts.drop_fraction).floor() as usize;
+            kept.extend_from_slice(&run[drop.min(run.len())..]);
+        }
+        samples = kept;
+    }
+    let (Some(first), Some(last)) = (
+        samples.iter().map(|s| s.t_send_ns).min(),
+        samples.iter().map(|s| s.t_send_ns).max(),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let span = (last - first) / SAMPLE_BLOCKS as u64 + 1;
+    let mut blocks: Vec<Vec<f64>> = vec![Vec::new(); SAMPLE_BLOCKS];
+    for sample in &samples {
+        let index = (((sample.t_send_ns - first) / span) as usize).min(SAMPLE_BLOCKS - 1);
+        let latency = if cuts.last_piece {
+            sample.latency_last_piece_ns
+        } else {
+            sample.latency_ns
+        };
+        blocks[index].push(latency as f64 / 1e3);
+    }
+    Ok(blocks
+        .into_iter()
+        .filter(|b| !b.is_empty())
+        .map(|mut block| Second {
+            thread_averages_us: Vec::new(),
+            mean_us: mean(&block),
+            p50_us: quantile(&mut block, 0.5).unwrap_or_default(),
+            p99_us: quantile(&mut block, 0.99).unwrap_or_default(),
+            throughput_gbps: 0.0,
         })
         .collect())
 }
@@ -477,6 +546,75 @@ mod tests {
         let median = Counterpart::of("samples", "median_us").expect("a counterpart");
         let few = seconds(10.0, MIN_SECONDS - 1, 5);
         assert_eq!(bootstrap(&few, &seconds(10.0, 30, 6), median, 1), None);
+    }
+
+    #[test]
+    fn raw_samples_are_cut_as_the_aggregate_cuts_them_and_split_into_blocks() -> std::io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("samples.parquet");
+        // Two threads, one request per ms for 2 s; the first second is slow (warm-up) on thread 0.
+        let samples: Vec<fracflow_client::Sample> = (0..2000u64)
+            .flat_map(|ms| {
+                (0..2u32).map(move |thread| fracflow_client::Sample {
+                    thread,
+                    seq: ms,
+                    t_send_ns: ms * 1_000_000,
+                    latency_ns: if ms < 1000 && thread == 0 {
+                        99_000
+                    } else {
+                        10_000
+                    },
+                    latency_last_piece_ns: 5_000,
+                    slot: 0,
+                    request_bytes: 1024,
+                    response_bytes: 64,
+                })
+            })
+            .collect();
+        fracflow_client::write_samples_parquet(&path, &samples).map_err(std::io::Error::other)?;
+        let cuts = SampleCuts {
+            skip_ns: 1_000_000_000,
+            drop_fraction: 0.0,
+            last_piece: false,
+        };
+        let blocks = read_sample_blocks(&path, cuts).map_err(std::io::Error::other)?;
+        assert_eq!(blocks.len(), SAMPLE_BLOCKS);
+        assert!(blocks.iter().all(|b| b.p99_us == 10.0), "{blocks:?}");
+        // Without the skip, dropping half of each thread's samples (in seq order) removes the slow second.
+        let dropped = SampleCuts {
+            skip_ns: 0,
+            drop_fraction: 0.5,
+            last_piece: false,
+        };
+        let blocks = read_sample_blocks(&path, dropped).map_err(std::io::Error::other)?;
+        assert!(blocks.iter().all(|b| b.p99_us == 10.0), "{blocks:?}");
+        let uncut = SampleCuts {
+            skip_ns: 0,
+            ..dropped
+        };
+        let uncut = read_sample_blocks(
+            &path,
+            SampleCuts {
+                drop_fraction: 0.0,
+                ..uncut
+            },
+        )
+        .map_err(std::io::Error::other)?;
+        assert_eq!(
+            uncut[0].p99_us, 99.0,
+            "the slow second is in the first blocks"
+        );
+        let last_piece = read_sample_blocks(
+            &path,
+            SampleCuts {
+                last_piece: true,
+                ..cuts
+            },
+        )
+        .map_err(std::io::Error::other)?;
+        assert!(last_piece.iter().all(|b| b.mean_us == Some(5.0)));
+        Ok(())
     }
 
     #[test]

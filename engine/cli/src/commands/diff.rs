@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use fracflow_core::run::node_dir_name;
 use fracflow_record::{
-    Cell, MeasureSummary, PROVENANCE_COLUMNS, SECONDS_FILE, SUMMARY_FILE, Table,
+    Cell, MeasureSummary, PROVENANCE_COLUMNS, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE, Table,
 };
 use serde::Serialize;
 
@@ -133,9 +133,12 @@ struct IntervalOut {
     estimate_percent: f64,
     low_percent: f64,
     high_percent: f64,
-    over: &'static str,
-    seconds_a: usize,
-    seconds_b: usize,
+    /// How it was made: the resampling unit and the estimator.
+    over: String,
+    /// `seconds` (of seconds.jsonl) or `blocks` (of raw samples, by send time).
+    unit: &'static str,
+    units_a: usize,
+    units_b: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -629,20 +632,67 @@ fn source_of<'s>(
     }
 }
 
-/// The first second an aggregate node used: its `from_s` (per-second statistics) or `skip_s` (raw samples).
-fn window_start(info: &RunInfo, aggregate: &str) -> u64 {
+/// How an aggregate's points are resampled: its per-second records from its `from_s` on, or (`stats:
+/// samples`) its raw samples cut as it cut them, in blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Reading {
+    Seconds(u64),
+    Blocks(compare::SampleCuts),
+    /// A trace replay's rows are groups of one point's requests: one point's resamples cannot be split by row.
+    Trace,
+}
+
+impl Reading {
+    fn unit(self) -> &'static str {
+        match self {
+            Reading::Seconds(_) | Reading::Trace => "seconds",
+            Reading::Blocks(_) => "blocks",
+        }
+    }
+}
+
+fn reading(info: &RunInfo, aggregate: &str) -> Reading {
     let config = info.manifest.params.get(aggregate).map(|p| &p["config"]);
     let number = |key: &str| {
-        config.and_then(|c| match &c[key] {
-            serde_json::Value::Number(n) => n.as_f64(),
-            serde_json::Value::String(s) => s.trim().parse().ok(),
-            _ => None,
-        })
+        config
+            .and_then(|c| match &c[key] {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::String(s) => s.trim().parse().ok(),
+                _ => None,
+            })
+            .filter(|v| v.is_finite() && *v > 0.0)
     };
-    number("from_s")
-        .or_else(|| number("skip_s"))
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .map_or(0, |v| v.ceil() as u64)
+    match config.and_then(|c| c["stats"].as_str()) {
+        Some("samples") => Reading::Blocks(compare::SampleCuts {
+            skip_ns: number("skip_s").map_or(0, |s| (s * 1e9) as u64),
+            drop_fraction: number("drop_fraction").unwrap_or(0.0).min(1.0),
+            last_piece: config.and_then(|c| c["latency"].as_str()) != Some("from_send"),
+        }),
+        Some("trace") => Reading::Trace,
+        _ => Reading::Seconds(number("from_s").map_or(0, |v| v.ceil() as u64)),
+    }
+}
+
+/// A point's resampling units as `reading` says.
+fn read_units(
+    source: &Source,
+    reading: Reading,
+) -> std::result::Result<compare::PerSecond, String> {
+    match reading {
+        Reading::Seconds(from) => compare::read_seconds(&source.seconds, from, source.member),
+        Reading::Blocks(cuts) => {
+            let samples = source.seconds.with_file_name(SAMPLES_FILE);
+            if samples.is_file() {
+                compare::read_sample_blocks(&samples, cuts)
+            } else {
+                Err(format!("no {SAMPLES_FILE} beside {}", source.seconds.display()))
+            }
+        }
+        Reading::Trace => Err(
+            "a trace replay's rows are groups of one replay's requests; they are not resampled one by one"
+                .to_owned(),
+        ),
+    }
 }
 
 /// The tables of an aggregate node's outputs: `NAME.parquet`, else `NAME.csv` (which cannot say its labels).
@@ -707,7 +757,7 @@ fn points(a: &RunInfo, b: &RunInfo, args: &DiffArgs) -> Result<(Vec<Point>, Vec<
     let (sources_a, sources_b) = (sources(a), sources(b));
     let mut points = Vec::new();
     let mut notes = Vec::new();
-    let mut seconds_cache: BTreeMap<(bool, String, u64, Option<u64>), compare::PerSecond> =
+    let mut units_cache: BTreeMap<(bool, String, Option<u64>), compare::PerSecond> =
         BTreeMap::new();
     for (node, record) in &a.manifest.nodes {
         if record.kind != "aggregate" {
@@ -764,7 +814,7 @@ fn points(a: &RunInfo, b: &RunInfo, args: &DiffArgs) -> Result<(Vec<Point>, Vec<
                 .iter()
                 .filter(|c| !labels.contains(c) && table_b.column(c).is_some())
                 .collect();
-            let window = (window_start(a, node), window_start(b, node));
+            let readings = (reading(a, node), reading(b, node));
             let stats = a
                 .manifest
                 .params
@@ -793,23 +843,18 @@ fn points(a: &RunInfo, b: &RunInfo, args: &DiffArgs) -> Result<(Vec<Point>, Vec<
                                 .map_err(|e| format!("run B: {e}"))
                         })
                 };
-                let mut per_second = |in_b: bool, source: &Source, from: u64| {
-                    let slot = (
-                        in_b,
-                        source.seconds.display().to_string(),
-                        from,
-                        source.member,
-                    );
-                    if let Some(found) = seconds_cache.get(&slot) {
+                let mut units = |in_b: bool, source: &Source, reading: Reading| {
+                    let slot = (in_b, source.seconds.display().to_string(), source.member);
+                    if let Some(found) = units_cache.get(&slot) {
                         return Ok(found.clone());
                     }
-                    let read = compare::read_seconds(&source.seconds, from, source.member)?;
-                    seconds_cache.insert(slot, read.clone());
+                    let read = read_units(source, reading)?;
+                    units_cache.insert(slot, read.clone());
                     Ok::<_, String>(read)
                 };
                 let seconds = match &matched {
-                    Ok((sa, sb)) => per_second(false, sa, window.0)
-                        .and_then(|x| per_second(true, sb, window.1).map(|y| (x, y))),
+                    Ok((sa, sb)) => units(false, sa, readings.0)
+                        .and_then(|x| units(true, sb, readings.1).map(|y| (x, y))),
                     Err(e) => Err(e.clone()),
                 };
                 let mut point = Point {
@@ -871,14 +916,20 @@ fn points(a: &RunInfo, b: &RunInfo, args: &DiffArgs) -> Result<(Vec<Point>, Vec<
                                         estimate_percent: interval.estimate * 100.0,
                                         low_percent: interval.low * 100.0,
                                         high_percent: interval.high * 100.0,
-                                        over: counterpart.words(),
-                                        seconds_a: xa,
-                                        seconds_b: xb,
+                                        over: format!(
+                                            "resampled {}, {}",
+                                            readings.1.unit(),
+                                            counterpart.words()
+                                        ),
+                                        unit: readings.1.unit(),
+                                        units_a: xa,
+                                        units_b: xb,
                                     });
                                 }
                                 None => {
                                     statistic.no_interval = Some(format!(
-                                        "{xa} and {xb} seconds in the window; an interval needs {} on each side",
+                                        "{xa} and {xb} {} in the window; an interval needs {} on each side",
+                                        readings.1.unit(),
                                         compare::MIN_SECONDS
                                     ));
                                 }
@@ -1094,7 +1145,7 @@ fn statistic_line(s: &Statistic) -> String {
     let change = s.change_percent.map_or_else(|| "-".to_owned(), percent);
     match &s.interval {
         Some(i) => format!(
-            "{:<16} {} → {}  {change}  95% CI of the change [{}, {}]  {}  ({}, {} vs {} s)",
+            "{:<16} {} → {}  {change}  95% CI of the change [{}, {}]  {}  ({}, {} vs {})",
             s.name,
             number(s.a),
             number(s.b),
@@ -1102,8 +1153,8 @@ fn statistic_line(s: &Statistic) -> String {
             percent(i.high_percent),
             s.verdict.unwrap_or("-"),
             i.over,
-            i.seconds_a,
-            i.seconds_b
+            i.units_a,
+            i.units_b
         ),
         None => format!("{:<16} {} → {}  {change}", s.name, number(s.a), number(s.b)),
     }
@@ -1130,7 +1181,7 @@ fn render_text(root: &Path, report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "\npoints (B against A; 95% bootstrap intervals over seconds, {} resamples, seed {}; noise threshold ±{}%):",
+        "\npoints (B against A; 95% bootstrap intervals over resampled seconds or blocks of requests, {} resamples, seed {}; noise threshold ±{}%):",
         report.resamples, report.seed, report.noise_threshold_percent
     );
     for point in &report.points {
@@ -1260,7 +1311,7 @@ fn render_html(report: &Report) -> String {
     let _ = writeln!(
         page,
         "<h2>Points</h2><p>{} point(s): {} regressed, {} improved, {} no change, {} without interval. \
-         95&nbsp;% bootstrap intervals of the relative change (B against A) over seconds, {} resamples, seed {}; \
+         95&nbsp;% bootstrap intervals of the relative change (B against A) over resampled seconds or blocks of requests, {} resamples, seed {}; \
          noise threshold ±{}&nbsp;%. Lower latency and higher throughput are improvements.</p>",
         report.points.len(),
         c.regressed,
@@ -1299,7 +1350,7 @@ fn render_html(report: &Report) -> String {
             let (interval, from) = match &s.interval {
                 Some(i) => (
                     format!("[{}, {}]", percent(i.low_percent), percent(i.high_percent)),
-                    format!("{}, {} vs {} s", i.over, i.seconds_a, i.seconds_b),
+                    format!("{}, {} vs {}", i.over, i.units_a, i.units_b),
                 ),
                 None => ("-".to_owned(), s.no_interval.clone().unwrap_or_default()),
             };
