@@ -28,6 +28,8 @@ pub const MAX_FILE_BYTES: u64 = 16 << 30;
 pub const MAX_TOTAL_BYTES: u64 = 64 << 30;
 /// The most entries `verify` reads.
 pub const MAX_ENTRIES: usize = 500_000;
+/// The largest table `verify` re-draws a figure from (a figure's summary table is kilobytes; it is read whole).
+pub const MAX_TABLE_BYTES: u64 = 256 << 20;
 /// The largest `SHA256SUMS` or `figures.json` read into memory.
 pub const MAX_INDEX_BYTES: u64 = 64 << 20;
 /// The longest path inside a bundle.

@@ -256,6 +256,17 @@ fn redraw_one(
                 "the tables it drew from (nodes/{dependency}/) are not in the bundle"
             ));
         }
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("nodes/{dependency}/: {e}"))?;
+        for entry in entries.flatten() {
+            let size = entry.metadata().map_or(0, |m| m.len());
+            if size > bundle::MAX_TABLE_BYTES {
+                return Err(format!(
+                    "nodes/{dependency}/{}: {size} bytes, more than the {} a table it re-draws from may have",
+                    entry.file_name().to_string_lossy(),
+                    bundle::MAX_TABLE_BYTES
+                ));
+            }
+        }
         dep_dirs.push(dir);
     }
     let drawn_dir = out.join(&figure.dir);
