@@ -104,13 +104,11 @@ impl Counterpart {
     /// How the interval was made, in words.
     pub fn words(self) -> &'static str {
         match (self.values, self.estimator) {
-            (Values::ThreadAverages, Estimator::Mean) => {
-                "resampled seconds, mean of thread averages"
-            }
-            (Values::ThreadAverages, _) => "resampled seconds, quantile of thread averages",
-            (Values::Mean, _) => "mean of per-second means",
-            (Values::P50, _) => "median of per-second medians",
-            (Values::P99, _) => "median of per-second p99s",
+            (Values::ThreadAverages, Estimator::Mean) => "mean of thread averages, as the table",
+            (Values::ThreadAverages, _) => "quantile of thread averages, as the table",
+            (Values::Mean, _) => "mean of their means",
+            (Values::P50, _) => "median of their medians",
+            (Values::P99, _) => "median of their p99s",
             (Values::Throughput, _) => "mean of their throughputs",
         }
     }

@@ -23,6 +23,10 @@ use crate::rundirs::{self, RunInfo};
 
 /// The version of `--json`'s schema; a field is only ever added within one version.
 pub const SCHEMA: &str = "fracflow.diff/1";
+/// What the intervals do not cover, said under every list of points.
+const CAVEAT: &str = "(each interval resamples within the two runs: it does not include the variation from one run \
+                      to the next, which repeated runs show; the change is the tables', the interval's own estimate \
+                      follows its method)";
 /// Why a statistic has no interval when the seconds cannot estimate it (`std_us`, `requests`, a `max_us`).
 const NO_COUNTERPART: &str = "no per-second counterpart";
 /// The column that marks a row derived from others (fracflow-aggregate's `derive: scale_by`).
@@ -1145,7 +1149,7 @@ fn statistic_line(s: &Statistic) -> String {
     let change = s.change_percent.map_or_else(|| "-".to_owned(), percent);
     match &s.interval {
         Some(i) => format!(
-            "{:<16} {} → {}  {change}  95% CI of the change [{}, {}]  {}  ({}, {} vs {})",
+            "{:<16} {} → {}  {change}  95% CI of the change [{}, {}]  {}  ({}: {}, {} vs {})",
             s.name,
             number(s.a),
             number(s.b),
@@ -1153,6 +1157,7 @@ fn statistic_line(s: &Statistic) -> String {
             percent(i.high_percent),
             s.verdict.unwrap_or("-"),
             i.over,
+            percent(i.estimate_percent),
             i.units_a,
             i.units_b
         ),
@@ -1224,6 +1229,8 @@ fn render_text(root: &Path, report: &Report) -> String {
     }
     if report.points.is_empty() {
         let _ = writeln!(out, "  (no summary table points in both runs)");
+    } else {
+        let _ = writeln!(out, "  {CAVEAT}");
     }
     for note in &report.notes {
         let _ = writeln!(out, "  note: {note}");
@@ -1350,7 +1357,13 @@ fn render_html(report: &Report) -> String {
             let (interval, from) = match &s.interval {
                 Some(i) => (
                     format!("[{}, {}]", percent(i.low_percent), percent(i.high_percent)),
-                    format!("{}, {} vs {}", i.over, i.units_a, i.units_b),
+                    format!(
+                        "{}: {}, {} vs {}",
+                        i.over,
+                        percent(i.estimate_percent),
+                        i.units_a,
+                        i.units_b
+                    ),
                 ),
                 None => ("-".to_owned(), s.no_interval.clone().unwrap_or_default()),
             };
@@ -1369,7 +1382,7 @@ fn render_html(report: &Report) -> String {
             );
         }
     }
-    let _ = writeln!(page, "</table>");
+    let _ = writeln!(page, "</table><p>{}</p>", escape(CAVEAT));
     if !report.notes.is_empty() {
         let _ = writeln!(page, "<h3>Notes</h3><ul>");
         for note in &report.notes {
