@@ -100,7 +100,7 @@ pub enum Command {
     /// Remove old run directories; never one a `latest` link points at, a running one, or one a kept run borrows.
     Clean(CleanArgs),
     /// What differed between two runs of a pipeline, and per summary point whether it improved, regressed or
-    /// did not change (95 % bootstrap intervals from the raw per-second records).
+    /// did not change (95 % bootstrap intervals from the raw records: resampled seconds or blocks of requests).
     Diff(DiffArgs),
     /// Write an artifact-evaluation bundle of a run: report, figures, tables, provenance, logs, SHA256SUMS.
     Export(ExportArgs),
