@@ -7,6 +7,7 @@ mod bitstreams;
 mod board_double;
 mod demo;
 mod device_check;
+mod diffexport;
 mod figures;
 mod fpga;
 mod injection;

@@ -11,6 +11,8 @@ use crate::commands::{
     completions::{CompletionsArgs, ManArgs},
     cpu_server::CpuServerArgs,
     device::DeviceCommand,
+    diff::DiffArgs,
+    export::ExportArgs,
     graph::GraphArgs,
     logs::LogsArgs,
     plan::PlanArgs,
@@ -19,6 +21,7 @@ use crate::commands::{
     runs::RunsArgs,
     status::StatusArgs,
     testbed::TestbedAction,
+    verify::VerifyArgs,
     why::WhyArgs,
 };
 
@@ -118,6 +121,13 @@ pub enum Command {
     Logs(LogsArgs),
     /// Remove old run directories; never one a `latest` link points at, a running one, or one a kept run borrows.
     Clean(CleanArgs),
+    /// What differed between two runs of a pipeline, and per summary point whether it improved, regressed or
+    /// did not change (95 % bootstrap intervals from the raw records: resampled seconds or blocks of requests).
+    Diff(DiffArgs),
+    /// Write an artifact-evaluation bundle of a run: report, figures, tables, provenance, logs, SHA256SUMS.
+    Export(ExportArgs),
+    /// Check a bundle written by `export`: every hash, nothing unlisted, and every figure re-drawn from its tables.
+    Verify(VerifyArgs),
     /// Print a completion script for bash, zsh or fish.
     Completions(CompletionsArgs),
     /// Write the man pages.

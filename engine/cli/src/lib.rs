@@ -2,8 +2,10 @@
 //! holds one module per command, `error` the one error type every command returns and `exit` the codes it
 //! maps to. `main.rs` only parses and dispatches.
 
+pub mod bundle;
 pub mod cli;
 pub mod commands;
+pub mod compare;
 pub mod error;
 pub mod exit;
 pub mod human;

@@ -76,6 +76,9 @@ fn dispatch(cli: Cli) -> Result<Exit> {
         Command::Status(args) => commands::status::run(cache, &args),
         Command::Logs(args) => commands::logs::run(&project::find_root(root)?, &args),
         Command::Clean(args) => commands::clean::run(&project::find_root(root)?, &args),
+        Command::Diff(args) => commands::diff::run(&Project::open(root, cache, None)?, &args),
+        Command::Export(args) => commands::export::run(&Project::open(root, cache, None)?, &args),
+        Command::Verify(args) => commands::verify::run(&args),
         Command::Completions(args) => commands::completions::completions(&args),
         Command::Man(args) => commands::completions::man(&args),
     }

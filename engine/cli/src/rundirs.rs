@@ -446,6 +446,141 @@ pub fn progress(dir: &Path) -> Progress {
     progress
 }
 
+/// The run `wanted` names, for the commands that take one or two runs (`diff`, `export`): a path to a run
+/// directory, a run id as `fracflow runs` prints it, or a `latest*` link name. `pipeline` narrows ids and links
+/// to one pipeline's runs (`diff` passes the other run's); a name matching runs of several pipelines is refused.
+pub fn resolve_run(root: &Path, wanted: &str, pipeline: Option<&str>) -> Result<RunInfo> {
+    let as_path = Path::new(wanted);
+    if !is_plain_name(wanted) {
+        let dir = fs::canonicalize(as_path).map_err(|e| {
+            Error::bad_input_because(
+                format!("no run directory at {wanted}"),
+                e,
+                "name a folder under results/<pipeline>/, or a run id as `fracflow runs` prints it",
+            )
+        })?;
+        let manifest = fracflow_core::run::read_manifest(&dir).map_err(|e| {
+            Error::bad_input_because(
+                format!("{wanted} is not a run directory (no readable manifest.json)"),
+                e,
+                "name a folder under results/<pipeline>/, or a run id as `fracflow runs` prints it",
+            )
+        })?;
+        let live = live_run_dirs(&crate::project::lock_dir());
+        let state = state_of(root, &dir, &manifest, &live);
+        return Ok(RunInfo {
+            dir,
+            manifest,
+            state,
+        });
+    }
+    let runs = list_runs(root, None)?;
+    let results = root.join("results");
+    let linked: Vec<PathBuf> = if fracflow_core::run::is_latest_link(wanted) {
+        pipelines(&results)?
+            .iter()
+            .filter(|p| pipeline.is_none_or(|wanted_pipeline| wanted_pipeline == p.as_str()))
+            .filter_map(|p| {
+                let base = results.join(p);
+                fs::read_link(base.join(wanted))
+                    .ok()
+                    .map(|target| canonical(&base.join(target)))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut matching: Vec<RunInfo> = runs
+        .iter()
+        .filter(|info| pipeline.is_none_or(|p| info.manifest.pipeline == p))
+        .filter(|info| info.manifest.run_id == wanted || linked.contains(&canonical(&info.dir)))
+        .cloned()
+        .collect();
+    match matching.len() {
+        1 => Ok(matching.remove(0)),
+        0 => {
+            let ids: Vec<&str> = runs.iter().map(|r| r.manifest.run_id.as_str()).collect();
+            let hint = match fracflow_core::suggest::did_you_mean(wanted, ids.iter().copied()) {
+                Some(suggestion) => suggestion,
+                None if ids.is_empty() => {
+                    "there are no runs yet; `fracflow run TARGET` makes one".to_owned()
+                }
+                None => format!(
+                    "runs: {} (see `fracflow runs`)",
+                    fracflow_core::suggest::list_names(ids.iter().take(10).copied())
+                ),
+            };
+            let scope = pipeline.map_or_else(String::new, |p| format!(" of pipeline `{p}`"));
+            Err(Error::bad_input_with_hint(
+                format!("no run `{wanted}`{scope} under results/"),
+                hint,
+            ))
+        }
+        _ => {
+            let names: Vec<String> = matching
+                .iter()
+                .map(|info| info.dir.display().to_string())
+                .collect();
+            Err(Error::bad_input_with_hint(
+                format!(
+                    "`{wanted}` names {} runs: {}",
+                    matching.len(),
+                    names.join(", ")
+                ),
+                "name the run directory as a path, e.g. results/<pipeline>/<run id>",
+            ))
+        }
+    }
+}
+
+/// One path component that is not a relative step: a run id or link name, never a path.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && name != "." && name != ".."
+}
+
+/// The kinds whose cache entries record tools (the report's rule: command and group nodes record none).
+fn records_tools(kind: &str) -> bool {
+    !matches!(kind, "command" | "group")
+}
+
+/// Tool → version over the run's nodes, from their cache entries (the first version seen of each tool).
+pub fn tool_versions(cache: &fracflow_core::Cache, info: &RunInfo) -> BTreeMap<String, String> {
+    let mut tools = BTreeMap::new();
+    for record in info.manifest.nodes.values() {
+        if !records_tools(&record.kind) {
+            continue;
+        }
+        if let Some(entry) = record.key.as_deref().and_then(|k| cache.get(k)) {
+            for (tool, version) in entry.fingerprint.tools {
+                tools.entry(tool).or_insert(version);
+            }
+        }
+    }
+    tools
+}
+
+/// File → blake3 of every image and partial the device held for the run's measurements.
+pub fn device_images(info: &RunInfo) -> BTreeMap<String, String> {
+    let mut images = BTreeMap::new();
+    for (id, record) in &info.manifest.nodes {
+        if record.kind != "measure" {
+            continue;
+        }
+        let path = info
+            .dir
+            .join("nodes")
+            .join(fracflow_core::run::node_dir_name(id))
+            .join(fracflow_record::SUMMARY_FILE);
+        if let Ok(summary) = fracflow_record::read_record::<fracflow_record::MeasureSummary>(&path)
+        {
+            for action in summary.device {
+                images.insert(action.file, action.sha);
+            }
+        }
+    }
+    images
+}
+
 /// The project root a run directory `<root>/results/<pipeline>/<run>` belongs to.
 pub fn root_of(run_dir: &Path) -> Option<&Path> {
     run_dir.parent()?.parent()?.parent()

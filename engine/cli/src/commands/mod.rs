@@ -7,7 +7,9 @@ pub mod client;
 pub mod completions;
 pub mod cpu_server;
 pub mod device;
+pub mod diff;
 pub mod exec;
+pub mod export;
 pub mod graph;
 pub mod logs;
 pub mod node_exec;
@@ -18,6 +20,7 @@ pub mod runs;
 pub mod status;
 pub mod targets;
 pub mod testbed;
+pub mod verify;
 pub mod why;
 
 use std::collections::BTreeMap;
