@@ -9,7 +9,7 @@
 mod netrc;
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -31,11 +31,18 @@ const RETRY_WINDOW: Duration = Duration::from_secs(15);
 pub const USER_VARIABLE: &str = "FRACFLOW_REMOTE_CACHE_USER";
 pub const PASSWORD_VARIABLE: &str = "FRACFLOW_REMOTE_CACHE_PASSWORD";
 
-/// An object store reached through a runtime of its own (the engine is not async).
+/// An object store reached through a runtime of its own (the engine is not async). The client and its
+/// runtime are made on the first request: a run whose every key is a local hit never pays for them (loading the
+/// system's TLS roots alone takes tens of milliseconds).
 pub struct ObjectRemote {
+    url: Url,
+    connected: OnceLock<Result<Connected, RemoteError>>,
+    shown: String,
+}
+
+struct Connected {
     store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
-    shown: String,
 }
 
 /// Why a remote cache URL cannot be used.
@@ -50,7 +57,7 @@ impl std::fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
-/// Opens the store `url` names. Nothing is sent yet: a store that is down shows on the first request.
+/// The store `url` names, checked but not contacted: a store that is down shows on the first request.
 pub fn open(url: &str) -> Result<ObjectRemote, OpenError> {
     let parsed = Url::parse(url).map_err(|e| OpenError(format!("`{url}` is not a URL: {e}")))?;
     if !parsed.username().is_empty() || parsed.password().is_some() {
@@ -59,6 +66,34 @@ pub fn open(url: &str) -> Result<ObjectRemote, OpenError> {
              or in a netrc file instead (the command line is recorded in every run's manifest)"
         )));
     }
+    match parsed.scheme() {
+        "http" | "https" => {}
+        "s3" if parsed.host_str().is_some() => {}
+        "s3" => return Err(OpenError(format!("`{url}` names no bucket"))),
+        other => {
+            return Err(OpenError(format!(
+                "remote cache `{url}`: scheme `{other}` is not one of http, https, s3"
+            )));
+        }
+    }
+    Ok(ObjectRemote {
+        url: parsed,
+        connected: OnceLock::new(),
+        shown: url.trim_end_matches('/').to_owned(),
+    })
+}
+
+impl ObjectRemote {
+    fn connected(&self) -> Result<&Connected, RemoteError> {
+        self.connected
+            .get_or_init(|| connect(&self.url).map_err(|e| RemoteError(e.0)))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+fn connect(parsed: &Url) -> Result<Connected, OpenError> {
+    let url = parsed.as_str();
     let retry = RetryConfig {
         max_retries: MAX_RETRIES,
         retry_timeout: RETRY_WINDOW,
@@ -67,52 +102,42 @@ pub fn open(url: &str) -> Result<ObjectRemote, OpenError> {
     let options = ClientOptions::new()
         .with_timeout(REQUEST_TIMEOUT)
         .with_connect_timeout(CONNECT_TIMEOUT);
-    let store: Arc<dyn ObjectStore> = match parsed.scheme() {
-        "http" | "https" => {
-            let mut options = options.with_allow_http(parsed.scheme() == "http");
-            if let Some(header) = basic_auth(&parsed)? {
-                let mut headers = http::HeaderMap::new();
-                headers.insert(http::header::AUTHORIZATION, header);
-                options = options.with_default_headers(headers);
-            }
-            // A base URL without a trailing slash would drop its last segment from every object path.
-            let mut base = parsed.clone();
-            if !base.path().ends_with('/') {
-                base.set_path(&format!("{}/", base.path()));
-            }
-            Arc::new(
-                object_store::http::HttpBuilder::new()
-                    .with_url(base.as_str())
-                    .with_client_options(options)
-                    .with_retry(retry)
-                    .build()
-                    .map_err(|e| OpenError(format!("remote cache {url}: {e}")))?,
-            )
+    let store: Arc<dyn ObjectStore> = if parsed.scheme() == "s3" {
+        let bucket = parsed.host_str().unwrap_or_default();
+        // Credentials, region and endpoint (AWS_ENDPOINT for a store that is not AWS) from the
+        // environment, as every S3 tool reads them.
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_client_options(options.with_allow_http(true))
+            .with_retry(retry)
+            .build()
+            .map_err(|e| OpenError(format!("remote cache {url}: {e}")))?;
+        let prefix = parsed.path().trim_matches('/');
+        if prefix.is_empty() {
+            Arc::new(store)
+        } else {
+            Arc::new(PrefixStore::new(store, prefix))
         }
-        "s3" => {
-            let bucket = parsed
-                .host_str()
-                .ok_or_else(|| OpenError(format!("`{url}` names no bucket")))?;
-            // Credentials, region and endpoint (AWS_ENDPOINT for a store that is not AWS) from the
-            // environment, as every S3 tool reads them.
-            let store = object_store::aws::AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_client_options(options.with_allow_http(true))
+    } else {
+        let mut options = options.with_allow_http(parsed.scheme() == "http");
+        if let Some(header) = basic_auth(parsed)? {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, header);
+            options = options.with_default_headers(headers);
+        }
+        // A base URL without a trailing slash would drop its last segment from every object path.
+        let mut base = parsed.clone();
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        Arc::new(
+            object_store::http::HttpBuilder::new()
+                .with_url(base.as_str())
+                .with_client_options(options)
                 .with_retry(retry)
                 .build()
-                .map_err(|e| OpenError(format!("remote cache {url}: {e}")))?;
-            let prefix = parsed.path().trim_matches('/');
-            if prefix.is_empty() {
-                Arc::new(store)
-            } else {
-                Arc::new(PrefixStore::new(store, prefix))
-            }
-        }
-        other => {
-            return Err(OpenError(format!(
-                "remote cache `{url}`: scheme `{other}` is not one of http, https, s3"
-            )));
-        }
+                .map_err(|e| OpenError(format!("remote cache {url}: {e}")))?,
+        )
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -120,11 +145,7 @@ pub fn open(url: &str) -> Result<ObjectRemote, OpenError> {
         .enable_all()
         .build()
         .map_err(|e| OpenError(format!("starting the remote cache's I/O thread: {e}")))?;
-    Ok(ObjectRemote {
-        store,
-        runtime,
-        shown: url.trim_end_matches('/').to_owned(),
-    })
+    Ok(Connected { store, runtime })
 }
 
 /// `Authorization: Basic …` from the environment, else from a netrc entry for the URL's host.
@@ -172,8 +193,9 @@ impl RemoteStore for ObjectRemote {
 
     fn get_into(&self, path: &str, out: &mut dyn Write, limit: u64) -> Result<bool, RemoteError> {
         let location = ObjectPath::from(path);
-        self.runtime.block_on(async {
-            let result = match self.store.get(&location).await {
+        let Connected { store, runtime } = self.connected()?;
+        runtime.block_on(async {
+            let result = match store.get(&location).await {
                 Ok(result) => result,
                 Err(object_store::Error::NotFound { .. }) => return Ok(false),
                 Err(error) => return Err(failure(error)),
@@ -203,8 +225,9 @@ impl RemoteStore for ObjectRemote {
 
     fn head(&self, path: &str) -> Result<Option<u64>, RemoteError> {
         let location = ObjectPath::from(path);
-        self.runtime.block_on(async {
-            match self.store.head(&location).await {
+        let Connected { store, runtime } = self.connected()?;
+        runtime.block_on(async {
+            match store.head(&location).await {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(error) => Err(failure(error)),
@@ -214,8 +237,9 @@ impl RemoteStore for ObjectRemote {
 
     fn put(&self, path: &str, bytes: Vec<u8>) -> Result<(), RemoteError> {
         let location = ObjectPath::from(path);
-        self.runtime.block_on(async {
-            self.store
+        let Connected { store, runtime } = self.connected()?;
+        runtime.block_on(async {
+            store
                 .put(&location, PutPayload::from(bytes))
                 .await
                 .map(|_| ())
