@@ -446,7 +446,12 @@ nodes:
     let large = run_with("6");
     let output = text(&large);
     assert_eq!(large.status.code(), Some(5), "{output}");
-    assert!(output.contains("FAIL more CPU cores slow the growth: all rows: ×4 at units=4, ×2 at units=1 ✗"), "{output}");
+    assert!(
+        output.contains(
+            "FAIL more CPU cores slow the growth: all rows: ×4 at units=4, ×2 at units=1 ✗"
+        ),
+        "{output}"
+    );
 
     let bad = run_with("many");
     assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));

@@ -398,7 +398,10 @@ impl Judging<'_> {
                 } else {
                     Verdict::Inconclusive
                 };
-                (verdict, format!("; {}", interval.words(&point, self.margin)))
+                (
+                    verdict,
+                    format!("; {}", interval.words(&point, self.margin)),
+                )
             }
             unavailable => {
                 let verdict = if self.margin == 0.0 {
@@ -795,7 +798,9 @@ impl Sample<'_> {
         let picked = chosen.entry(row).or_insert_with(|| {
             if self.resample {
                 let mut draws = self.draws.borrow_mut();
-                (0..rows.len()).map(|_| rows[draws.below(rows.len())]).collect()
+                (0..rows.len())
+                    .map(|_| rows[draws.below(rows.len())])
+                    .collect()
             } else {
                 rows.to_vec()
             }

@@ -139,8 +139,8 @@ use std::path::{Path, PathBuf};
 
 pub use error::AggregateError;
 pub use expect::{
-    Amount, Bound, CoreParts, CoresNeeded, Curve, Expectation, Flatter, Host, MIN_BLOCKS, Near, Needs,
-    PaperNumber, PaperValue, SlowerGrowth, evaluate,
+    Amount, Bound, CoreParts, CoresNeeded, Curve, Expectation, Flatter, Host, MIN_BLOCKS, Near,
+    Needs, PaperNumber, PaperValue, SlowerGrowth, evaluate,
 };
 pub use fracflow_record::{Cell, ExpectationResult, Table};
 use fracflow_record::{SAMPLES_FILE, SECONDS_FILE};

@@ -1515,7 +1515,11 @@ mod verdicts {
         BTreeMap::from([("summary".to_owned(), table)])
     }
 
-    fn one(json: &str, tables: &BTreeMap<String, Table>, host: Option<&Host>) -> fracflow_record::ExpectationResult {
+    fn one(
+        json: &str,
+        tables: &BTreeMap<String, Table>,
+        host: Option<&Host>,
+    ) -> fracflow_record::ExpectationResult {
         let expectation: Expectation = serde_json::from_str(json).expect("a claim");
         evaluate(std::slice::from_ref(&expectation), tables, host)
             .into_iter()
@@ -1541,12 +1545,24 @@ mod verdicts {
         // Large enough: judged, and it holds (×10.4 at 1 core against ×2.9 at 4).
         let large = one(SLOWER, &tables, Some(&host(6)));
         assert_eq!(large.verdict, Verdict::Pass, "{large:?}");
-        assert!(large.measured.contains("×2.929 at units=4, ×10.429 at units=1"), "{}", large.measured);
+        assert!(
+            large
+                .measured
+                .contains("×2.929 at units=4, ×10.429 at units=1"),
+            "{}",
+            large.measured
+        );
 
         // Unknown cores: not testable, saying so.
         let unknown = one(SLOWER, &tables, None);
         assert_eq!(unknown.verdict, Verdict::NotTestable);
-        assert!(unknown.measured.contains("this host's cores were not given"), "{}", unknown.measured);
+        assert!(
+            unknown
+                .measured
+                .contains("this host's cores were not given"),
+            "{}",
+            unknown.measured
+        );
 
         // A plain number, and a per-group need: the group that fits is judged, the other is not.
         let total = one(
@@ -1555,16 +1571,26 @@ mod verdicts {
             Some(&host(2)),
         );
         assert_eq!(total.verdict, Verdict::NotTestable);
-        assert!(total.measured.contains("needs ≥ 3 cores; host has 2"), "{}", total.measured);
+        assert!(
+            total.measured.contains("needs ≥ 3 cores; host has 2"),
+            "{}",
+            total.measured
+        );
         let grows = one(
             r#"{"name":"g","grows":{"x":"clients","y":"median_us","by":["units"]},"needs":{"cores":{"server":"units"}}}"#,
             &tables,
             Some(&host(2)),
         );
         assert_eq!(grows.verdict, Verdict::Pass, "{grows:?}");
-        assert!(grows.measured.contains("units=1: median_us 14 → 146"), "{}", grows.measured);
         assert!(
-            grows.measured.contains("units=4: not testable here (needs ≥ 4 cores: 4 server; host has 2 (test))"),
+            grows.measured.contains("units=1: median_us 14 → 146"),
+            "{}",
+            grows.measured
+        );
+        assert!(
+            grows.measured.contains(
+                "units=4: not testable here (needs ≥ 4 cores: 4 server; host has 2 (test))"
+            ),
             "{}",
             grows.measured
         );
@@ -1630,15 +1656,27 @@ mod verdicts {
             let blocks = &tables["blocks"];
             // 2 points × 20 blocks of 100 ms after the 1-s cut, each of 100 samples.
             assert_eq!(blocks.rows.len(), 40, "{case}");
-            assert!(blocks.rows.iter().all(|row| row[blocks.column("requests").unwrap_or(0)] == num(100.0)));
+            assert!(
+                blocks
+                    .rows
+                    .iter()
+                    .all(|row| row[blocks.column("requests").unwrap_or(0)] == num(100.0))
+            );
             let verdict = one(GROWS, &tables, None);
             assert_eq!(verdict.verdict, expected, "{case}: {}", verdict.measured);
             assert!(
-                verdict.measured.contains("growth of median_us = ") && verdict.measured.contains("95 % CI ["),
+                verdict.measured.contains("growth of median_us = ")
+                    && verdict.measured.contains("95 % CI ["),
                 "{case}: {}",
                 verdict.measured
             );
-            assert!(verdict.measured.contains("≥ 20 blocks per point, margin 0.050"), "{}", verdict.measured);
+            assert!(
+                verdict
+                    .measured
+                    .contains("≥ 20 blocks per point, margin 0.050"),
+                "{}",
+                verdict.measured
+            );
             // The same data: the same draws, the same words.
             assert_eq!(one(GROWS, &tables, None), verdict, "{case}");
         }
@@ -1659,12 +1697,19 @@ mod verdicts {
             .ok_or("no interval")?;
         let (lo, hi) = bounds.split_once(", ").ok_or("no bounds")?;
         let (lo, hi): (f64, f64) = (lo.parse()?, hi.parse()?);
-        assert!(lo < 2.0 && 2.0 < hi && hi - lo < 0.2, "{}", verdict.measured);
+        assert!(
+            lo < 2.0 && 2.0 < hi && hi - lo < 0.2,
+            "{}",
+            verdict.measured
+        );
 
         // With 500-ms blocks each point has 4: no interval, the point values decide, and the verdict says why.
         let mut points = Vec::new();
         for clients in [4.0, 28.0] {
-            points.push(point(tmp.path().join(format!("n{clients}")), &[("clients", num(clients))]));
+            points.push(point(
+                tmp.path().join(format!("n{clients}")),
+                &[("clients", num(clients))],
+            ));
         }
         let coarse = aggregate(
             &spec(r#"{"stats":"samples","skip_s":1,"blocks_ms":500}"#)?,
@@ -1674,7 +1719,9 @@ mod verdicts {
         let verdict = one(GROWS, &coarse.tables, None);
         assert_eq!(verdict.verdict, Verdict::Pass, "{}", verdict.measured);
         assert!(
-            verdict.measured.contains("no interval: 4 block(s) at clients=4, an interval needs 5"),
+            verdict
+                .measured
+                .contains("no interval: 4 block(s) at clients=4, an interval needs 5"),
             "{}",
             verdict.measured
         );
@@ -1685,8 +1732,14 @@ mod verdicts {
     fn blocks_apply_to_samples_only_and_must_be_positive() -> TestResult {
         let tmp = tempfile::tempdir()?;
         for (json, why) in [
-            (r#"{"stats":"seconds","blocks_ms":100}"#, "`blocks_ms` applies to `stats: samples`, not `seconds`"),
-            (r#"{"stats":"samples","blocks_ms":0}"#, "`blocks_ms` must be positive"),
+            (
+                r#"{"stats":"seconds","blocks_ms":100}"#,
+                "`blocks_ms` applies to `stats: samples`, not `seconds`",
+            ),
+            (
+                r#"{"stats":"samples","blocks_ms":0}"#,
+                "`blocks_ms` must be positive",
+            ),
         ] {
             let refused = aggregate(&spec(json)?, &[], tmp.path()).expect_err(json);
             assert!(refused.to_string().contains(why), "{refused}");
@@ -1707,9 +1760,15 @@ mod verdicts {
         );
         let paper = &verdict.paper;
         assert_eq!(paper.len(), 3);
-        assert_eq!((paper[0].paper.as_str(), paper[0].measured), ("146", Some(146.0)));
+        assert_eq!(
+            (paper[0].paper.as_str(), paper[0].measured),
+            ("146", Some(146.0))
+        );
         assert_eq!(paper[0].at, "median_us at clients=28, series=CPU, units=1");
-        assert_eq!((paper[1].paper.as_str(), paper[1].measured), ("10–12", None));
+        assert_eq!(
+            (paper[1].paper.as_str(), paper[1].measured),
+            ("10–12", None)
+        );
         assert_eq!(paper[2].measured, None, "two rows match");
         assert!(paper[2].at.contains("2 rows match"), "{}", paper[2].at);
     }

@@ -9,9 +9,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use fracflow_record::{
-    ExpectationResult, NodeStatus, PaperComparison, Provenance, Table, Verdict,
-};
+use fracflow_record::{ExpectationResult, NodeStatus, PaperComparison, Provenance, Table, Verdict};
 
 /// Everything the page shows. Paths are relative to the page, so the run directory can move as a whole.
 #[derive(Debug, Clone)]

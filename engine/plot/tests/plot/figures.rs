@@ -25,7 +25,10 @@ fn lines_with_band_and_six_panels() {
         fixtures::scalability(),
     );
     // The spec orders fRAC, CPU, DPU; the table has no DPU rows, so the legend does not list it.
-    assert!(!svg.contains("DPU"), "a series without data is in the legend");
+    assert!(
+        !svg.contains("DPU"),
+        "a series without data is in the legend"
+    );
     for text in [
         "fRAC",
         "CPU",

@@ -139,7 +139,10 @@ fn paper_values_sit_beside_the_measured_ones_with_the_testbed_kind() {
     );
     // A point the run did not measure says so; the kind falls back to the run's testbed.
     assert!(table.contains("<td class=\"num\">10–12 µs</td><td>Fig. 16 &lt;4 KiB&gt;</td><td class=\"num\">not measured in this run</td><td class=\"kind emulated\">emulated</td>"), "{table}");
-    assert!(!table.contains("tail"), "a claim without paper values has no row");
+    assert!(
+        !table.contains("tail"),
+        "a claim without paper values has no row"
+    );
 
     // No claim with a paper value: no table.
     let mut bare = report(Vec::new());
