@@ -778,7 +778,7 @@ struct Sample<'a> {
 
 impl Sample<'_> {
     /// `column` of summary row `row` over the chosen blocks: the request-weighted mean for `mean_us`, the sum
-    /// for `requests`, the median of the blocks' values for the quantiles.
+    /// for `requests`, the request-weighted median of the blocks' values for the quantiles.
     fn number(&self, row: usize, column: &str, name: &str) -> Result<f64, String> {
         let rows = self
             .blocks
@@ -823,13 +823,25 @@ impl Sample<'_> {
                     .ok_or_else(|| format!("no requests in the blocks at {name}"))
             }
             _ => {
-                let mut values: Vec<f64> =
-                    picked.iter().filter_map(|&b| value(b, column)).collect();
-                if values.is_empty() {
+                // Weighted by requests: a stalled block holds few requests of a closed loop, and must count as
+                // little in the point's statistic as its requests do in the pooled one.
+                let mut values: Vec<(f64, f64)> = picked
+                    .iter()
+                    .filter_map(|&b| Some((value(b, column)?, value(b, "requests")?)))
+                    .collect();
+                let total: f64 = values.iter().map(|(_, weight)| weight).sum();
+                if values.is_empty() || total <= 0.0 {
                     return Err(format!("no {column} in the blocks at {name}"));
                 }
-                values.sort_by(f64::total_cmp);
-                Ok(values[((values.len() - 1) as f64 * 0.5).round() as usize])
+                values.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let mut seen = 0.0;
+                for &(v, weight) in &values {
+                    seen += weight;
+                    if seen >= total / 2.0 {
+                        return Ok(v);
+                    }
+                }
+                Ok(values[values.len() - 1].0)
             }
         }
     }
