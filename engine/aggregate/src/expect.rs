@@ -609,9 +609,12 @@ fn paper_comparisons(
                 format!("{} at {}{note}", paper.column, terms.join(", "))
             };
             PaperComparison {
+                // As the paper writes it: `8.4`, not the verdicts' `8.400`.
                 paper: match paper.value {
-                    PaperNumber::One(value) => number(value),
-                    PaperNumber::Range([low, high]) => format!("{}–{}", number(low), number(high)),
+                    PaperNumber::One(value) => Cell::Num(value).label(),
+                    PaperNumber::Range([low, high]) => {
+                        format!("{}–{}", Cell::Num(low).label(), Cell::Num(high).label())
+                    }
                 },
                 unit: paper.unit.clone(),
                 source: paper.source.clone(),
