@@ -373,7 +373,7 @@ nodes:
     let run = sandbox.run(&["run", "claims"]);
     assert_eq!(run.status.code(), Some(5), "{}", text(&run));
     let output = text(&run);
-    assert!(output.contains("1 of 2 hold"), "{output}");
+    assert!(output.contains("1 of 2 pass, 1 FAIL"), "{output}");
     assert!(output.contains("FAIL median below 10 µs"), "{output}");
     assert!(
         output.contains("12.5"),
@@ -384,6 +384,81 @@ nodes:
     assert!(
         report.contains("median below 10 µs"),
         "the report lists the verdict"
+    );
+}
+
+/// The capacity rule: a claim whose `needs:` the host cannot give is `not testable here`, which fails nothing
+/// (exit 0); on a host with enough cores (`FRACFLOW_HOST_CORES`, part of the check's key) the same claim is
+/// judged, and here it fails (the 4-core server grows faster than the 1-core one), so the run exits 5.
+#[test]
+fn a_claim_the_host_cannot_test_is_no_failure_and_is_judged_where_it_can() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/capacity.yaml",
+        r#"
+pipeline: capacity
+nodes:
+  table:
+    kind: command
+    run: printf 'series,units,clients,median_us\nCPU,1,4,20\nCPU,1,28,40\nCPU,4,4,20\nCPU,4,28,80\n' > $FRACFLOW_OUT/summary.csv
+    outputs: [summary.csv]
+  verdicts:
+    kind: check
+    deps: [table]
+    expect:
+      emulated:
+        - name: "more CPU cores slow the growth"
+          slower_growth: {x: clients, y: median_us, group: units}
+          needs: {cores: {server: units, client: 2}}
+        - name: "CPU latency grows with clients"
+          grows: {x: clients, y: median_us, by: [units]}
+    outputs: [expectations.json]
+"#,
+    );
+    let run_with = |cores: &str| {
+        sandbox
+            .command(&["run", "capacity"])
+            .env("FRACFLOW_HOST_CORES", cores)
+            .output()
+            .expect("spawn fracflow")
+    };
+    let small = run_with("2");
+    let output = text(&small);
+    assert_eq!(small.status.code(), Some(0), "{output}");
+    assert!(
+        output.contains("1 of 2 pass, 0 FAIL, 1 not testable here (not a failure)"),
+        "{output}"
+    );
+    assert!(
+        output.contains(
+            "not testable here more CPU cores slow the growth: all rows: not testable here (needs ≥ 6 cores: \
+             4 server + 2 client; host has 2 (FRACFLOW_HOST_CORES))"
+        ),
+        "{output}"
+    );
+    let report = std::fs::read_to_string(sandbox.results("capacity").join("latest/report.html"))
+        .expect("report");
+    assert!(
+        report.contains("<td class=\"verdict untestable\">not testable here</td>"),
+        "{report}"
+    );
+
+    let large = run_with("6");
+    let output = text(&large);
+    assert_eq!(large.status.code(), Some(5), "{output}");
+    assert!(
+        output.contains(
+            "FAIL more CPU cores slow the growth: all rows: ×4 at units=4, ×2 at units=1 ✗"
+        ),
+        "{output}"
+    );
+
+    let bad = run_with("many");
+    assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("FRACFLOW_HOST_CORES=\"many\" is not a positive number of cores"),
+        "{}",
+        text(&bad)
     );
 }
 

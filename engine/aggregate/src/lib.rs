@@ -23,6 +23,7 @@
 //!
 //! ```yaml
 //! stats: samples        # samples.parquet (figs 16–17)
+//! blocks_ms: 100        # optional → table blocks: labels, block_ms, the summary's statistics per block of send time
 //! skip_s: 10            # drop samples with t_send_ns < skip_s·1e9 (default 0)
 //! drop_fraction: 0.25   # then drop ⌊n·f⌋ first samples (in seq order) of each thread (default 0)
 //! latency: last_piece   # or from_send (default last_piece: fperf's latency_last_piece_ns)
@@ -114,6 +115,15 @@
 //! whose filter matches no row fails, as does a group that cannot be judged. A verdict names each row by its
 //! label columns (minus those of `where`); a table that does not say which they are (a CSV file read back) is
 //! taken to have as labels the columns before the first statistic or metric (a column beside its `_sd`).
+//!
+//! Each row (per-row claims) or group (the others) gets a [`fracflow_record::Verdict`] and the claim the worst:
+//! fail, inconclusive, pass, or not testable here when no unit could be judged on this [`Host`] (`needs:
+//! {cores: …}`). Every claim has a contrast, positive exactly when it holds (`limit − value` for `below`, the
+//! ratio − 1 for the ratio claims); with a `blocks` table (`blocks_ms:`, `stats: samples`) beside `summary` it
+//! gets a 95 % bootstrap interval over each point's blocks (2000 resamplings drawn from blake3's output over the
+//! claim's data, so the same data always draws the same), and passes when the interval lies above `margin`,
+//! fails when it lies below −`margin`, and is inconclusive otherwise. `paper:` values are matched to the one row
+//! their `at` selects. The full rules, as a pipeline writes them: `pipelines/README.md`, "Verdicts".
 
 mod error;
 mod expect;
@@ -128,7 +138,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use error::AggregateError;
-pub use expect::{Bound, Curve, Expectation, Flatter, Near, SlowerGrowth, evaluate};
+pub use expect::{
+    Amount, Bound, CoreParts, CoresNeeded, Curve, Expectation, Flatter, Host, MIN_BLOCKS, Near,
+    Needs, PaperNumber, PaperValue, SlowerGrowth, evaluate,
+};
 pub use fracflow_record::{Cell, ExpectationResult, Table};
 use fracflow_record::{SAMPLES_FILE, SECONDS_FILE};
 pub use spec::{
@@ -159,6 +172,12 @@ pub(crate) const STATISTIC_COLUMNS: &[&str] = &[
     "fraction",
     frame::COMPUTED_COLUMN,
 ];
+
+/// The table of per-block statistics (`blocks_ms:`) a `check` bootstraps its intervals from.
+pub const BLOCKS_TABLE: &str = "blocks";
+
+/// The column of [`BLOCKS_TABLE`] naming a block: the start of its send-time window, in ms.
+pub const BLOCK_COLUMN: &str = "block_ms";
 
 /// Fragment size of a trace replay when the spec gives none (the artifact's `m 512`).
 const DEFAULT_TRACE_PIECE: u32 = 512;
@@ -223,17 +242,31 @@ pub fn aggregate(
     if let Some(compare) = &spec.compare {
         frame = frame::compare("summary", frame, compare)?;
     }
-    let mut frames = vec![("summary", frame)];
+    let mut frames = vec![("summary", frame, summary_labels.clone())];
     if let Some(cdf) = cdf {
-        frames.push(("cdf", frame::table_to_frame("cdf", &cdf)?));
+        // A CDF's rows carry the labels of the summary row they belong to.
+        frames.push((
+            "cdf",
+            frame::table_to_frame("cdf", &cdf)?,
+            summary_labels.clone(),
+        ));
     }
-    // Both tables are labelled alike: a CDF's rows carry the labels of the summary row they belong to.
+    if let Some(block_ms) = spec.blocks_ms {
+        let blocks = blocks_table(spec, block_ms, points, &summary_labels)?;
+        let mut labels = summary_labels;
+        labels.push(BLOCK_COLUMN.to_string());
+        frames.push((
+            BLOCKS_TABLE,
+            frame::table_to_frame(BLOCKS_TABLE, &blocks)?,
+            labels,
+        ));
+    }
     let mut tables = BTreeMap::new();
-    for (name, frame) in frames {
-        frame::export(name, &frame, &summary_labels, out_dir)?;
+    for (name, frame, labels) in frames {
+        frame::export(name, &frame, &labels, out_dir)?;
         tables.insert(
             name.to_string(),
-            frame::frame_to_table(name, &frame, Some(&summary_labels))?,
+            frame::frame_to_table(name, &frame, Some(&labels))?,
         );
     }
     Ok(Aggregated { tables })
@@ -458,4 +491,37 @@ fn sample_tables(
         }
     }
     Ok((summary, cdf))
+}
+
+/// The `blocks` table of `stats: samples` with `blocks_ms`: per point and block of `block_ms` of send time, the
+/// summary's statistics over the block's kept samples. A point above `exact_max_samples` has no blocks (its raw
+/// samples do not fit in memory at once), so its claims are judged without an interval.
+fn blocks_table(
+    spec: &AggregateSpec,
+    block_ms: u64,
+    points: &[PointSource],
+    labels: &[String],
+) -> Result<Table, AggregateError> {
+    let mut statistics = vec![BLOCK_COLUMN];
+    statistics.extend(SAMPLE_STATISTICS);
+    let mut table = Table::new(columns(labels, &statistics));
+    let query = SampleQuery {
+        latency: spec.latency,
+        cuts: spec.summary_cuts(),
+        trace_piece: None,
+        exact_max_samples: spec.exact_max_samples(),
+    };
+    for point in points {
+        let path = point.dir.join(SAMPLES_FILE);
+        if samples::row_count(&path)? > spec.exact_max_samples() {
+            continue;
+        }
+        for (block, latencies) in samples::read_blocks(&path, &query, block_ms * 1_000_000)? {
+            let mut row = label_cells(point, labels);
+            row.push(Cell::Num((block * block_ms) as f64));
+            row.extend(latency_cells(exact_summary(&latencies).as_ref()));
+            table.rows.push(row);
+        }
+    }
+    Ok(table)
 }

@@ -765,3 +765,66 @@ fn seq_thresholds(thread: &[u32], seq: &[u64], runs: &ThreadRuns, drop: &[u64]) 
         })
         .collect()
 }
+
+/// The number of rows in a samples file, from its footer.
+pub(crate) fn row_count(path: &Path) -> Result<u64, AggregateError> {
+    let file = File::open(path).map_err(|e| AggregateError::io(path, e))?;
+    let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|e| AggregateError::samples(path, format!("not a readable Parquet file: {e}")))?;
+    Ok(metadata
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|group| group.num_rows().max(0) as u64)
+        .sum())
+}
+
+/// One point's kept latencies (ns) by block: samples sent in `[b·block_ns, (b+1)·block_ns)` form block `b`. The
+/// cuts are the summary's (the `skip_s` send-time cut, then each thread's first ⌊kept · drop_fraction⌋ in seq
+/// order), so the blocks partition exactly the samples the point's summary row is over. The rows are held
+/// in memory (24 bytes each); the caller reads blocks only for points on the exact path.
+pub(crate) fn read_blocks(
+    path: &Path,
+    query: &SampleQuery,
+    block_ns: u64,
+) -> Result<BTreeMap<u64, Vec<u64>>, AggregateError> {
+    let file = SamplesFile::open(path, query)?;
+    let skip_ns = query.cuts.skip_ns;
+    let mut rows: Vec<(u32, u64, u64, u64)> = Vec::new();
+    for row_group in 0..file.row_group_rows.len() {
+        if file.send_cut(row_group, skip_ns) == SendCut::DropsAll {
+            continue;
+        }
+        let wanted = Wanted {
+            thread_and_seq: true,
+            t_send: true,
+            latency: Some(query.latency.column()),
+            trace: false,
+        };
+        file.for_each_batch(row_group, wanted, |columns| {
+            let (Some(thread), Some(seq), Some(t_send), Some(latency)) =
+                (columns.thread, columns.seq, columns.t_send, columns.latency)
+            else {
+                return Ok(());
+            };
+            for row in 0..latency.len() {
+                if t_send[row] >= skip_ns {
+                    rows.push((thread[row], seq[row], t_send[row], latency[row]));
+                }
+            }
+            Ok(())
+        })?;
+    }
+    rows.sort_unstable_by_key(|&(thread, seq, _, _)| (thread, seq));
+    let mut blocks: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for thread_rows in rows.chunk_by(|a, b| a.0 == b.0) {
+        let dropped = (thread_rows.len() as f64 * query.cuts.drop_fraction).floor() as usize;
+        for &(_, _, t_send, latency) in &thread_rows[dropped.min(thread_rows.len())..] {
+            blocks
+                .entry(t_send / block_ns.max(1))
+                .or_default()
+                .push(latency);
+        }
+    }
+    Ok(blocks)
+}

@@ -39,6 +39,10 @@ pub struct AggregateSpec {
     /// `stats: samples | trace`: a `cdf` table (always produced for `trace`; these settings then refine it).
     #[serde(default)]
     pub cdf: Option<CdfSpec>,
+    /// `stats: samples`: also a `blocks` table, the summary's statistics per point per block of this many ms of
+    /// send time, which a `check` bootstraps its intervals from.
+    #[serde(default)]
+    pub blocks_ms: Option<u64>,
     /// `stats: trace`: slot → function name.
     #[serde(default)]
     pub functions: BTreeMap<u32, String>,
@@ -234,6 +238,15 @@ impl AggregateSpec {
                 "`over` applies to `stats: metrics`, not `{}`",
                 self.stats.name()
             ));
+        }
+        if self.blocks_ms.is_some() && self.stats != StatsKind::Samples {
+            return bad(format!(
+                "`blocks_ms` applies to `stats: samples`, not `{}`",
+                self.stats.name()
+            ));
+        }
+        if self.blocks_ms == Some(0) {
+            return bad("`blocks_ms` must be positive".into());
         }
         if self.stats != StatsKind::Trace {
             if !self.functions.is_empty() {

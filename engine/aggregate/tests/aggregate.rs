@@ -297,8 +297,8 @@ mod seconds {
         let claim: Vec<Expectation> = serde_json::from_str(
             r#"[{"name":"sub-linear","sublinear":{"x":"pieces","y":"mean_us","by":["f"]}}]"#,
         )?;
-        let verdicts = evaluate(&claim, &result.tables);
-        assert!(verdicts[0].passed, "{verdicts:?}");
+        let verdicts = evaluate(&claim, &result.tables, None);
+        assert!(verdicts[0].passed(), "{verdicts:?}");
         assert!(
             verdicts[0]
                 .measured
@@ -347,9 +347,9 @@ mod seconds {
             r#"[{"name":"within","where":{"series":"Transport+fRAC"},"within":{"column":"delta_median_us","limit":0.3}},
                 {"name":"too tight","where":{"series":"Transport+fRAC"},"within":{"column":"delta_median_us","limit":0.2}}]"#,
         )?;
-        let verdicts = evaluate(&claims, &result.tables);
-        assert!(verdicts[0].passed, "{verdicts:?}");
-        assert!(!verdicts[1].passed, "{verdicts:?}");
+        let verdicts = evaluate(&claims, &result.tables, None);
+        assert!(verdicts[0].passed(), "{verdicts:?}");
+        assert!(!verdicts[1].passed(), "{verdicts:?}");
         assert!(
             verdicts[1]
                 .measured
@@ -787,11 +787,11 @@ mod claims {
 
     fn judge(json: &str) -> Result<(bool, String), Box<dyn std::error::Error>> {
         let expectation: Expectation = serde_json::from_str(json)?;
-        let verdicts = evaluate(std::slice::from_ref(&expectation), &scalability());
+        let verdicts = evaluate(std::slice::from_ref(&expectation), &scalability(), None);
         let verdict = verdicts.into_iter().next().ok_or("no verdict")?;
         assert_eq!(verdict.name, expectation.name);
         assert!(!verdict.claim.is_empty());
-        Ok((verdict.passed, verdict.measured))
+        Ok((verdict.passed(), verdict.measured))
     }
 
     fn assert_verdict(json: &str, passes: bool, measured_contains: &str) -> TestResult {
@@ -879,7 +879,7 @@ mod claims {
         let claim: Vec<Expectation> = serde_json::from_str(
             r#"[{"name":"n","where":{"clients":28},"near":{"a":"p99_us","b":"median_us","limit":1.0}}]"#,
         )?;
-        let verdicts = evaluate(&claim, &tables);
+        let verdicts = evaluate(&claim, &tables, None);
         let measured = &verdicts.first().ok_or("no verdict")?.measured;
         assert!(
             measured.contains("series=CPU, units=1, m=1024"),
@@ -1327,7 +1327,7 @@ mod metrics {
             ("parquet", read("parquet")?),
             ("csv", read("csv")?),
         ] {
-            let verdicts = evaluate(&claim, &tables);
+            let verdicts = evaluate(&claim, &tables, None);
             assert_eq!(verdicts[0].measured, expected, "{source}");
         }
         Ok(())
@@ -1476,5 +1476,300 @@ mod metrics {
         ));
         assert!(error.contains("two columns named `idx`"), "{error}");
         Ok(())
+    }
+}
+
+mod verdicts {
+    use super::*;
+    use fracflow_aggregate::Host;
+    use fracflow_record::Verdict;
+
+    fn host(cores: u32) -> Host {
+        Host {
+            cores,
+            from: "test".to_owned(),
+        }
+    }
+
+    /// The scalability table of `claims` with one CPU server on 1 core and one on 4: both grow with clients.
+    fn cpu_table() -> BTreeMap<String, Table> {
+        let mut table = Table::new(
+            ["series", "units", "m", "clients", "median_us"]
+                .map(String::from)
+                .to_vec(),
+        );
+        for (units, clients, median) in [
+            (1.0, 1.0, 14.0),
+            (1.0, 28.0, 146.0),
+            (4.0, 1.0, 14.0),
+            (4.0, 28.0, 41.0),
+        ] {
+            table.rows.push(vec![
+                text("CPU"),
+                num(units),
+                num(1024.0),
+                num(clients),
+                num(median),
+            ]);
+        }
+        BTreeMap::from([("summary".to_owned(), table)])
+    }
+
+    fn one(
+        json: &str,
+        tables: &BTreeMap<String, Table>,
+        host: Option<&Host>,
+    ) -> fracflow_record::ExpectationResult {
+        let expectation: Expectation = serde_json::from_str(json).expect("a claim");
+        evaluate(std::slice::from_ref(&expectation), tables, host)
+            .into_iter()
+            .next()
+            .expect("one verdict")
+    }
+
+    const SLOWER: &str = r#"{"name":"more cores slow the growth","where":{"series":"CPU"},
+        "slower_growth":{"x":"clients","y":"median_us","group":"units","by":["m"]},
+        "needs":{"cores":{"server":"units","client":2}}}"#;
+
+    #[test]
+    fn a_claim_needing_more_cores_than_the_host_has_is_not_testable_here() {
+        let tables = cpu_table();
+        let small = one(SLOWER, &tables, Some(&host(2)));
+        assert_eq!(small.verdict, Verdict::NotTestable, "{small:?}");
+        assert_eq!(
+            small.measured,
+            "m=1024: not testable here (needs ≥ 6 cores: 4 server + 2 client; host has 2 (test))"
+        );
+        assert!(!small.passed() && !small.failed());
+
+        // Large enough: judged, and it holds (×10.4 at 1 core against ×2.9 at 4).
+        let large = one(SLOWER, &tables, Some(&host(6)));
+        assert_eq!(large.verdict, Verdict::Pass, "{large:?}");
+        assert!(
+            large
+                .measured
+                .contains("×2.929 at units=4, ×10.429 at units=1"),
+            "{}",
+            large.measured
+        );
+
+        // Unknown cores: not testable, saying so.
+        let unknown = one(SLOWER, &tables, None);
+        assert_eq!(unknown.verdict, Verdict::NotTestable);
+        assert!(
+            unknown
+                .measured
+                .contains("this host's cores were not given"),
+            "{}",
+            unknown.measured
+        );
+
+        // A plain number, and a per-group need: the group that fits is judged, the other is not.
+        let total = one(
+            r#"{"name":"n","below":{"column":"median_us","limit":1000},"needs":{"cores":3}}"#,
+            &tables,
+            Some(&host(2)),
+        );
+        assert_eq!(total.verdict, Verdict::NotTestable);
+        assert!(
+            total.measured.contains("needs ≥ 3 cores; host has 2"),
+            "{}",
+            total.measured
+        );
+        let grows = one(
+            r#"{"name":"g","grows":{"x":"clients","y":"median_us","by":["units"]},"needs":{"cores":{"server":"units"}}}"#,
+            &tables,
+            Some(&host(2)),
+        );
+        assert_eq!(grows.verdict, Verdict::Pass, "{grows:?}");
+        assert!(
+            grows.measured.contains("units=1: median_us 14 → 146"),
+            "{}",
+            grows.measured
+        );
+        assert!(
+            grows.measured.contains(
+                "units=4: not testable here (needs ≥ 4 cores: 4 server; host has 2 (test))"
+            ),
+            "{}",
+            grows.measured
+        );
+    }
+
+    /// A deterministic noise in [-spread, spread): the same for the same (point, index).
+    fn noise(point: u64, index: u64, spread: f64) -> f64 {
+        let mut z = (point << 32 | index).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * spread
+    }
+
+    /// Two seconds of one thread's samples, one every ms, latency `median_us` ± 30 %, plus a warm-up second
+    /// at 10× the latency that the `skip_s` cut must remove.
+    fn write_point(dir: &Path, point: u64, median_us: f64) -> TestResult {
+        let samples: Vec<Sample> = (0..3000u64)
+            .map(|i| {
+                let warm = if i < 1000 { 10.0 } else { 1.0 };
+                let us = median_us * warm * (1.0 + noise(point, i, 0.3));
+                sample(0, i, i * 1_000_000, (us * 1000.0) as u64)
+            })
+            .collect();
+        write_samples(dir, &samples, 1024)
+    }
+
+    /// Aggregates a 4-client and a 28-client point with the given medians, with 100-ms blocks.
+    fn measured(
+        root: &Path,
+        at_4: f64,
+        at_28: f64,
+    ) -> Result<BTreeMap<String, Table>, Box<dyn std::error::Error>> {
+        let mut points = Vec::new();
+        for (index, (clients, median)) in [(4.0, at_4), (28.0, at_28)].into_iter().enumerate() {
+            let dir = root.join(format!("n{clients}"));
+            write_point(&dir, index as u64, median)?;
+            points.push(point(dir, &[("clients", num(clients))]));
+        }
+        let out = root.join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":1,"blocks_ms":100}"#)?,
+            &points,
+            &out,
+        )?;
+        assert_exports_round_trip(&out, &result.tables)?;
+        Ok(result.tables)
+    }
+
+    const GROWS: &str = r#"{"name":"grows","grows":{"x":"clients","y":"median_us"},"margin":0.05}"#;
+
+    #[test]
+    fn a_difference_is_judged_with_its_bootstrap_interval() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        // Clearly better: 10 → 20 µs; clearly worse: 20 → 10 µs; equal: 10 → 10 µs (different noise).
+        let cases = [
+            ("better", 10.0, 20.0, Verdict::Pass),
+            ("worse", 20.0, 10.0, Verdict::Fail),
+            ("equal", 10.0, 10.0, Verdict::Inconclusive),
+        ];
+        for (case, at_4, at_28, expected) in cases {
+            let tables = measured(&tmp.path().join(case), at_4, at_28)?;
+            let blocks = &tables["blocks"];
+            // 2 points × 20 blocks of 100 ms after the 1-s cut, each of 100 samples.
+            assert_eq!(blocks.rows.len(), 40, "{case}");
+            assert!(
+                blocks
+                    .rows
+                    .iter()
+                    .all(|row| row[blocks.column("requests").unwrap_or(0)] == num(100.0))
+            );
+            let verdict = one(GROWS, &tables, None);
+            assert_eq!(verdict.verdict, expected, "{case}: {}", verdict.measured);
+            assert!(
+                verdict.measured.contains("growth of median_us = ")
+                    && verdict.measured.contains("95 % CI ["),
+                "{case}: {}",
+                verdict.measured
+            );
+            assert!(
+                verdict
+                    .measured
+                    .contains("≥ 20 blocks per point, margin 0.050"),
+                "{}",
+                verdict.measured
+            );
+            // The same data: the same draws, the same words.
+            assert_eq!(one(GROWS, &tables, None), verdict, "{case}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_interval_brackets_the_known_ratio_and_few_blocks_give_none() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let tables = measured(tmp.path(), 10.0, 20.0)?;
+        let verdict = one(GROWS, &tables, None);
+        // "… 95 % CI [lo, hi] …": the true ratio 2 lies inside, and the interval is narrow.
+        let bounds = verdict
+            .measured
+            .split("95 % CI [")
+            .nth(1)
+            .and_then(|rest| rest.split(']').next())
+            .ok_or("no interval")?;
+        let (lo, hi) = bounds.split_once(", ").ok_or("no bounds")?;
+        let (lo, hi): (f64, f64) = (lo.parse()?, hi.parse()?);
+        assert!(
+            lo < 2.0 && 2.0 < hi && hi - lo < 0.2,
+            "{}",
+            verdict.measured
+        );
+
+        // With 500-ms blocks each point has 4: no interval, the point values decide, and the verdict says why.
+        let mut points = Vec::new();
+        for clients in [4.0, 28.0] {
+            points.push(point(
+                tmp.path().join(format!("n{clients}")),
+                &[("clients", num(clients))],
+            ));
+        }
+        let coarse = aggregate(
+            &spec(r#"{"stats":"samples","skip_s":1,"blocks_ms":500}"#)?,
+            &points,
+            &tmp.path().join("coarse"),
+        )?;
+        let verdict = one(GROWS, &coarse.tables, None);
+        assert_eq!(verdict.verdict, Verdict::Pass, "{}", verdict.measured);
+        assert!(
+            verdict
+                .measured
+                .contains("no interval: 4 block(s) at clients=4, an interval needs 5"),
+            "{}",
+            verdict.measured
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn blocks_apply_to_samples_only_and_must_be_positive() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        for (json, why) in [
+            (
+                r#"{"stats":"seconds","blocks_ms":100}"#,
+                "`blocks_ms` applies to `stats: samples`, not `seconds`",
+            ),
+            (
+                r#"{"stats":"samples","blocks_ms":0}"#,
+                "`blocks_ms` must be positive",
+            ),
+        ] {
+            let refused = aggregate(&spec(json)?, &[], tmp.path()).expect_err(json);
+            assert!(refused.to_string().contains(why), "{refused}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn paper_values_are_matched_to_one_measured_row() {
+        let tables = cpu_table();
+        let verdict = one(
+            r#"{"name":"p","where":{"series":"CPU"},"grows":{"x":"clients","y":"median_us","by":["units"]},
+                "paper":[{"value":146,"unit":"µs","source":"Fig. 16","column":"median_us","at":{"units":1,"clients":28}},
+                         {"value":[10,12],"unit":"µs","source":"Fig. 16","column":"median_us","at":{"units":1,"clients":28,"m":4096}},
+                         {"value":41,"unit":"µs","source":"Fig. 16","column":"median_us","at":{"clients":28}}]}"#,
+            &tables,
+            None,
+        );
+        let paper = &verdict.paper;
+        assert_eq!(paper.len(), 3);
+        assert_eq!(
+            (paper[0].paper.as_str(), paper[0].measured),
+            ("146", Some(146.0))
+        );
+        assert_eq!(paper[0].at, "median_us at clients=28, series=CPU, units=1");
+        assert_eq!(
+            (paper[1].paper.as_str(), paper[1].measured),
+            ("10–12", None)
+        );
+        assert_eq!(paper[2].measured, None, "two rows match");
+        assert!(paper[2].at.contains("2 rows match"), "{}", paper[2].at);
     }
 }

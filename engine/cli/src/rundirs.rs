@@ -104,9 +104,10 @@ impl RunInfo {
             };
             let (held, failed) = found.get_or_insert((0, 0));
             for verdict in verdicts {
-                if verdict.passed {
+                // Inconclusive and not-testable verdicts neither held nor failed.
+                if verdict.passed() {
                     *held += 1;
-                } else {
+                } else if verdict.failed() {
                     *failed += 1;
                 }
             }

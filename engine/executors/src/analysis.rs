@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fracflow_aggregate::{AggregateSpec, Expectation, PointSource, StatsKind};
+use fracflow_aggregate::{AggregateSpec, Expectation, Host, PointSource, StatsKind};
 use fracflow_core::{ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome};
 use fracflow_plot::PlotSpec;
 use fracflow_record::{
     Cell, ExpectationResult, METRICS_FILE, MeasureSource, MeasureSummary, MetricsRecord,
-    Provenance, SUMMARY_FILE, Table,
+    Provenance, SUMMARY_FILE, Table, Verdict,
 };
 
 use crate::config;
@@ -47,6 +47,7 @@ const AGGREGATE_NUMBERS: &[&str] = &[
     "drop_fraction",
     "piece",
     "exact_max_samples",
+    "blocks_ms",
 ];
 
 /// The node's aggregate spec: fracflow-aggregate's struct, read from the config with template-made numbers
@@ -463,6 +464,36 @@ pub struct CheckKind {
     pub session: Option<Arc<Session>>,
 }
 
+/// Overrides the host's core count for claims' `needs:` (tests set a small and a large one).
+pub const HOST_CORES_VAR: &str = "FRACFLOW_HOST_CORES";
+
+/// The cores claims may count on: `FRACFLOW_HOST_CORES`, else the testbed profile's `cores`, else this machine's
+/// `available_parallelism`; a value of the variable that is not a positive number is an error, not ignored.
+pub fn host_cores(session: Option<&Session>) -> Result<Host, String> {
+    if let Ok(text) = std::env::var(HOST_CORES_VAR) {
+        return match text.trim().parse::<u32>() {
+            Ok(cores) if cores > 0 => Ok(Host {
+                cores,
+                from: HOST_CORES_VAR.to_owned(),
+            }),
+            _ => Err(format!(
+                "{HOST_CORES_VAR}={text:?} is not a positive number of cores"
+            )),
+        };
+    }
+    if let Some((name, cores)) = session.and_then(|s| Some((s.name(), s.profile().cores?))) {
+        return Ok(Host {
+            cores,
+            from: format!("testbed profile {name}"),
+        });
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    Ok(Host {
+        cores,
+        from: "available_parallelism".to_owned(),
+    })
+}
+
 impl CheckKind {
     /// The claims that apply on this testbed: those under its profile name, else those under its kind.
     fn applicable<'c>(&self, config: &'c CheckConfig) -> &'c [Expectation] {
@@ -504,12 +535,18 @@ impl Executor for CheckKind {
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
         config::typed::<CheckConfig>(spec)?;
-        // The verdicts depend on which testbed's claims apply.
-        let mut info = info(1);
+        // The verdicts depend on which testbed's claims apply, and on the cores a claim's `needs:` is held
+        // against. 2: four verdicts, intervals, `needs:` and `paper:`.
+        let mut info = info(2);
         if let Some(session) = &self.session {
             info.tools
                 .insert("testbed".to_owned(), session.name().to_owned());
         }
+        let host = host_cores(self.session.as_deref()).map_err(|e| failed(spec, e))?;
+        info.tools.insert(
+            "host_cores".to_owned(),
+            format!("{} ({})", host.cores, host.from),
+        );
         Ok(info)
     }
 
@@ -523,9 +560,10 @@ impl Executor for CheckKind {
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let config: CheckConfig = config::typed(job.spec)?;
         let tables = dependency_tables(job)?;
+        let host = host_cores(self.session.as_deref()).map_err(|e| failed(job.spec, e))?;
         let results: Vec<ExpectationResult> =
-            fracflow_aggregate::evaluate(self.applicable(&config), &tables);
-        let failed_count = results.iter().filter(|r| !r.passed).count();
+            fracflow_aggregate::evaluate(self.applicable(&config), &tables, Some(&host));
+        let count = |verdict: Verdict| results.iter().filter(|r| r.verdict == verdict).count();
         let text = serde_json::to_string_pretty(&results).map_err(|e| failed(job.spec, e))?;
         std::fs::write(job.out_dir.join(EXPECTATIONS_FILE), text)
             .map_err(|e| failed(job.spec, e))?;
@@ -533,7 +571,15 @@ impl Executor for CheckKind {
             ("expectations".to_owned(), serde_json::json!(results.len())),
             (
                 "expectations_failed".to_owned(),
-                serde_json::json!(failed_count),
+                serde_json::json!(count(Verdict::Fail)),
+            ),
+            (
+                "expectations_inconclusive".to_owned(),
+                serde_json::json!(count(Verdict::Inconclusive)),
+            ),
+            (
+                "expectations_not_testable".to_owned(),
+                serde_json::json!(count(Verdict::NotTestable)),
             ),
         ]);
         Ok(Outcome { metrics })

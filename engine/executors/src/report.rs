@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use fracflow_core::Cache;
 use fracflow_core::run::node_dir_name;
 use fracflow_plot::report::{Report, ReportFigure, ReportNode, ReportTable, write_report};
-use fracflow_record::{ExpectationResult, MeasureSummary, Provenance, RunManifest, SUMMARY_FILE};
+use fracflow_record::{
+    ExpectationResult, MeasureSummary, Provenance, RunManifest, SUMMARY_FILE, Verdict,
+};
 
 use crate::analysis::EXPECTATIONS_FILE;
 
@@ -21,6 +23,29 @@ pub struct ReportSummary {
     pub path: PathBuf,
     pub figures: Vec<PathBuf>,
     pub expectations: Vec<ExpectationResult>,
+}
+
+/// The verdicts counted for a run's summary line: `2 pass, 0 FAIL, 1 inconclusive (not a failure), 1 not testable
+/// here`; only the kinds that occur after `pass` and `FAIL`, which are always shown.
+pub fn verdict_counts(expectations: &[ExpectationResult]) -> String {
+    let count = |verdict: Verdict| expectations.iter().filter(|e| e.verdict == verdict).count();
+    let mut words = format!(
+        "{} of {} pass, {} FAIL",
+        count(Verdict::Pass),
+        expectations.len(),
+        count(Verdict::Fail)
+    );
+    let inconclusive = count(Verdict::Inconclusive);
+    if inconclusive > 0 {
+        words.push_str(&format!(", {inconclusive} inconclusive (not a failure)"));
+    }
+    let not_testable = count(Verdict::NotTestable);
+    if not_testable > 0 {
+        words.push_str(&format!(
+            ", {not_testable} not testable here (not a failure)"
+        ));
+    }
+    words
 }
 
 /// Where a run's numbers came from, as its manifest records it; `client` says how requests were made.

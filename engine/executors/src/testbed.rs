@@ -46,6 +46,10 @@ pub struct TestbedProfile {
     /// artifact's images pinned in `bitstreams/frac-example.yaml` elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<crate::images::ImagesProfile>,
+    /// The cores a claim's `needs:` may count on (a real testbed whose server and clients run on other machines
+    /// says how many they have); absent: this machine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
     /// The lab's remote cache for runs on this testbed (`--remote-cache` and `FRACFLOW_REMOTE_CACHE` win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_cache: Option<RemoteCacheProfile>,

@@ -127,7 +127,7 @@ pub(crate) fn build(
                 x_segments,
                 y_segments,
                 None,
-                series_legend(spec, &series),
+                series_legend(spec, &series, &view),
             )
         }
         Style::Bars => {
@@ -143,7 +143,7 @@ pub(crate) fn build(
                 .zip(titles)
                 .map(|(marks, title)| Panel { title, marks })
                 .collect();
-            let mut legend = series_legend(spec, &series);
+            let mut legend = series_legend(spec, &series, &view);
             if let Some(outline) = &spec.outline {
                 legend.push(LegendEntry {
                     label: outline.label.clone(),
@@ -579,8 +579,19 @@ fn panel_titles(spec: &PlotSpec, rows: &Levels, columns: &Levels) -> Vec<Option<
     titles
 }
 
-/// One entry per series; without series, one entry naming what the marks show, so that no figure lacks a legend.
-fn series_legend(spec: &PlotSpec, series: &Levels) -> Vec<LegendEntry> {
+/// One entry per series with data (a row whose y is a number: a series that `order` names but the table lacks,
+/// or has only nulls for, draws nothing and is left out); without series, one entry naming what the marks show,
+/// so that no figure lacks a legend. A series keeps its index, so its colour does not depend on which others
+/// have data.
+fn series_legend(spec: &PlotSpec, series: &Levels, view: &View) -> Vec<LegendEntry> {
+    let y = View::column_in(spec, view.table, &spec.y.column, "y").ok();
+    let has_data = |index: usize| {
+        series.column.is_none()
+            || view.rows.iter().any(|&row| {
+                series.index_of(view, row) == Some(index)
+                    && y.is_some_and(|y| view.cell(row, y).as_f64().is_some_and(f64::is_finite))
+            })
+    };
     let style = spec.style;
     let unnamed;
     let labels = if series.column.is_some() {
@@ -596,6 +607,7 @@ fn series_legend(spec: &PlotSpec, series: &Levels) -> Vec<LegendEntry> {
     labels
         .iter()
         .enumerate()
+        .filter(|&(index, _)| has_data(index))
         .map(|(index, label)| LegendEntry {
             label: label.clone(),
             swatch: match style {

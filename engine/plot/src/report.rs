@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use fracflow_record::{ExpectationResult, NodeStatus, Provenance, Table};
+use fracflow_record::{ExpectationResult, NodeStatus, PaperComparison, Provenance, Table, Verdict};
 
 /// Everything the page shows. Paths are relative to the page, so the run directory can move as a whole.
 #[derive(Debug, Clone)]
@@ -77,7 +77,11 @@ pub fn render_html(report: &Report) -> String {
     page.push_str("<a href=\"#tables\">Tables</a> · <a href=\"#build\">Build</a> · <a href=\"#nodes\">Nodes</a></nav>\n");
     page.push_str("</header>\n<main>\n");
     push_figures(&mut page, &report.figures);
-    push_expectations(&mut page, &report.expectations);
+    push_expectations(
+        &mut page,
+        &report.expectations,
+        &report.provenance.testbed_kind,
+    );
     push_tables(&mut page, &report.tables);
     push_build(&mut page, &report.build);
     push_nodes(&mut page, &report.nodes);
@@ -106,6 +110,7 @@ figcaption{margin-top:.4rem;color:#333}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.fail td{background:#fdecea}tr.fail td.verdict{color:#b71c1c;font-weight:bold}td.verdict.pass{color:#1d5e1d;font-weight:bold}
+td.verdict.inconclusive{color:#7a4d00;font-weight:bold}td.verdict.untestable{color:#555;font-style:italic}
 .status-failed{color:#b71c1c;font-weight:bold}.status-skipped{color:#777}
 .note{color:#555;font-size:.9rem}footer{margin-top:2rem;color:#666;font-size:.85rem}
 ";
@@ -163,19 +168,33 @@ fn push_provenance(page: &mut String, provenance: &Provenance) {
 }
 
 fn push_verdict_summary(page: &mut String, expectations: &[ExpectationResult]) {
-    let failed = expectations.iter().filter(|result| !result.passed).count();
-    let total = expectations.len();
-    let (class, words) = match (total, failed) {
-        (0, _) => ("passing", "no expectations were checked".to_owned()),
-        (_, 0) => ("passing", format!("all {total} expectations passed")),
-        _ => (
-            "failing",
-            format!("{failed} of {total} expectations FAILED"),
-        ),
+    let count = |verdict: Verdict| {
+        expectations
+            .iter()
+            .filter(|result| result.verdict == verdict)
+            .count()
     };
+    let total = expectations.len();
+    let failed = count(Verdict::Fail);
+    let mut words = match (total, failed) {
+        (0, _) => "no expectations were checked".to_owned(),
+        (_, 0) => format!("{} of {total} expectations passed", count(Verdict::Pass)),
+        _ => format!("{failed} of {total} expectations FAILED"),
+    };
+    for (verdict, what) in [
+        (Verdict::Inconclusive, "inconclusive"),
+        (Verdict::NotTestable, "not testable here"),
+    ] {
+        let n = count(verdict);
+        if n > 0 {
+            let _ = write!(words, ", {n} {what} (not a failure)");
+        }
+    }
+    let class = if failed > 0 { "failing" } else { "passing" };
     let _ = writeln!(
         page,
-        "<p class=\"verdicts {class}\"><a href=\"#expectations\">{words}</a></p>"
+        "<p class=\"verdicts {class}\"><a href=\"#expectations\">{}</a></p>",
+        escape(&words)
     );
 }
 
@@ -200,7 +219,7 @@ fn push_figures(page: &mut String, figures: &[ReportFigure]) {
     page.push_str("</section>\n");
 }
 
-fn push_expectations(page: &mut String, expectations: &[ExpectationResult]) {
+fn push_expectations(page: &mut String, expectations: &[ExpectationResult], testbed_kind: &str) {
     page.push_str("<section id=\"expectations\">\n<h2>Expectations</h2>\n");
     if expectations.is_empty() {
         page.push_str("<p class=\"note\">No expectations were checked.</p>\n</section>\n");
@@ -208,20 +227,69 @@ fn push_expectations(page: &mut String, expectations: &[ExpectationResult]) {
     }
     page.push_str("<table>\n<thead><tr><th>verdict</th><th>expectation</th><th>claim</th><th>measured</th></tr></thead>\n<tbody>\n");
     for result in expectations {
-        let (row_class, verdict) = if result.passed {
-            ("pass", "pass")
-        } else {
-            ("fail", "FAIL")
+        let class = match result.verdict {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotTestable => "untestable",
         };
         let _ = writeln!(
             page,
-            "<tr class=\"{row_class}\"><td class=\"verdict {row_class}\">{verdict}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"{class}\"><td class=\"verdict {class}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(result.verdict.words()),
             escape(&result.name),
             escape(&result.claim),
             escape(&result.measured)
         );
     }
-    page.push_str("</tbody>\n</table>\n</section>\n");
+    page.push_str("</tbody>\n</table>\n");
+    push_paper_table(page, expectations, testbed_kind);
+    page.push_str("</section>\n");
+}
+
+/// The paper's numbers beside this run's, for every claim that carries one (`paper:`), each measured value
+/// labelled with the testbed kind it came from.
+fn push_paper_table(page: &mut String, expectations: &[ExpectationResult], testbed_kind: &str) {
+    let rows: Vec<(&ExpectationResult, &PaperComparison)> = expectations
+        .iter()
+        .flat_map(|result| result.paper.iter().map(move |paper| (result, paper)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    page.push_str("<h3 id=\"paper\">Paper vs this run</h3>\n");
+    page.push_str("<table class=\"paper\">\n<thead><tr><th>expectation</th><th>paper</th><th>where in the paper</th><th>this run</th><th>testbed</th><th>measured at</th></tr></thead>\n<tbody>\n");
+    for (result, paper) in rows {
+        let measured = paper.measured.map_or_else(
+            || "not measured in this run".to_owned(),
+            |value| format!("{} {}", short_number(value), paper.unit),
+        );
+        let kind = paper.testbed_kind.as_deref().unwrap_or(testbed_kind);
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td class=\"num\">{} {}</td><td>{}</td><td class=\"num\">{}</td><td class=\"kind {}\">{}</td><td>{}</td></tr>",
+            escape(&result.name),
+            escape(&paper.paper),
+            escape(&paper.unit),
+            escape(&paper.source),
+            escape(&measured),
+            escape(kind),
+            escape(kind),
+            escape(&paper.at)
+        );
+    }
+    page.push_str("</tbody>\n</table>\n");
+}
+
+/// A measured value with three significant digits at most (`7.93`, `146`, `0.412`).
+fn short_number(value: f64) -> String {
+    if value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
 }
 
 fn push_tables(page: &mut String, tables: &[ReportTable]) {

@@ -22,7 +22,7 @@ pub use measure::{
 pub use metrics::{METRICS_FILE, MetricsRecord};
 pub use read::{RecordError, Versioned, read_record, write_record};
 pub use samples::{ColumnType, SampleColumn};
-pub use table::{Cell, ExpectationResult, Provenance, Table};
+pub use table::{Cell, ExpectationResult, PaperComparison, Provenance, Table, Verdict};
 
 /// Version of the run formats in this crate (manifest, events, tables); bump it when a field changes meaning.
 /// The records nodes hand each other carry their own ([`Versioned`]).

@@ -127,14 +127,104 @@ impl Provenance {
     }
 }
 
+/// The verdict on one claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The claim holds (beyond its margin, with 95 % confidence where it has an interval).
+    Pass,
+    /// The claim does not hold (the opposite holds beyond its margin, where it has an interval). The only verdict
+    /// that fails a run.
+    Fail,
+    /// The interval reaches into the margin: the measurements cannot tell. Not a failure.
+    Inconclusive,
+    /// This host cannot give what the claim needs (its `needs:`). Neither pass nor failure.
+    NotTestable,
+}
+
+impl Verdict {
+    /// The verdict as a run's summary and its report print it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotTestable => "not testable here",
+        }
+    }
+}
+
 /// The verdict on one expectation (a claim of the paper, as data) against measured values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "StoredExpectationResult")]
 pub struct ExpectationResult {
     /// Short name from the pipeline, e.g. `fRAC within 0.3 µs of the baseline`.
     pub name: String,
     /// The claim in words, with its limits filled in.
     pub claim: String,
-    pub passed: bool,
-    /// The measured values the verdict rests on, in words (`median 7.9 µs at n=28, limit 10 µs`).
+    pub verdict: Verdict,
+    /// The measured values the verdict rests on, in words (`median 7.9 µs at n=28, limit 10 µs`), with each
+    /// interval and, for a claim that could not be judged here, the reason.
     pub measured: String,
+    /// The paper's numbers the claim carries (`paper:`), each beside the value this run measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paper: Vec<PaperComparison>,
+}
+
+impl ExpectationResult {
+    pub fn passed(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+
+    pub fn failed(&self) -> bool {
+        self.verdict == Verdict::Fail
+    }
+}
+
+/// `expectations.json` as written before verdicts had four values (`passed: bool`), or since.
+#[derive(Deserialize)]
+struct StoredExpectationResult {
+    name: String,
+    claim: String,
+    #[serde(default)]
+    verdict: Option<Verdict>,
+    #[serde(default)]
+    passed: bool,
+    measured: String,
+    #[serde(default)]
+    paper: Vec<PaperComparison>,
+}
+
+impl From<StoredExpectationResult> for ExpectationResult {
+    fn from(stored: StoredExpectationResult) -> ExpectationResult {
+        let verdict = stored.verdict.unwrap_or(if stored.passed {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        });
+        ExpectationResult {
+            name: stored.name,
+            claim: stored.claim,
+            verdict,
+            measured: stored.measured,
+            paper: stored.paper,
+        }
+    }
+}
+
+/// One number of the paper beside what this run measured at the same place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PaperComparison {
+    /// The paper's value as it states it (`146`, `10–12`).
+    pub paper: String,
+    /// Its unit (`µs`).
+    pub unit: String,
+    /// Where the paper says it (`Fig. 16, 1 core, 28 clients, 1 KiB`).
+    pub source: String,
+    /// What was measured: column and row (`median_us at series=CPU, units=1, clients=28, m=1024`).
+    pub at: String,
+    /// The measured value, `None` when this run has no such row (a smoke run leaves points out).
+    pub measured: Option<f64>,
+    /// The testbed kind the measured value came from (the row's `testbed_kind`), `None` without a row.
+    pub testbed_kind: Option<String>,
 }

@@ -126,7 +126,8 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
         .map(|tier| (tier.describe(), tier.finish()));
     let report = fracflow_executors::report::write_run_report(run_dir.dir(), &project.cache)
         .map_err(|e| Error::internal("writing the run report", e))?;
-    let failed_expectations: Vec<_> = report.expectations.iter().filter(|e| !e.passed).collect();
+    // Only a failed claim fails the run; inconclusive and not testable here are results, not failures.
+    let failed_expectations: Vec<_> = report.expectations.iter().filter(|e| e.failed()).collect();
     if !args.json {
         eprintln!(
             "{} built, {} cached, {} failed, {} skipped; results in {}",
@@ -174,15 +175,14 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
         }
         if !report.expectations.is_empty() {
             eprintln!(
-                "expectations ({} testbed): {} of {} hold",
+                "expectations ({} testbed): {}",
                 select.testbed,
-                report.expectations.len() - failed_expectations.len(),
-                report.expectations.len()
+                fracflow_executors::report::verdict_counts(&report.expectations)
             );
             for verdict in &report.expectations {
                 eprintln!(
                     "  {} {}: {}",
-                    if verdict.passed { "pass" } else { "FAIL" },
+                    verdict.verdict.words(),
                     verdict.name,
                     verdict.measured
                 );

@@ -24,10 +24,14 @@ fn lines_with_band_and_six_panels() {
         "summary",
         fixtures::scalability(),
     );
+    // The spec orders fRAC, CPU, DPU; the table has no DPU rows, so the legend does not list it.
+    assert!(
+        !svg.contains("DPU"),
+        "a series without data is in the legend"
+    );
     for text in [
         "fRAC",
         "CPU",
-        "DPU",
         "p25–p75",
         "4 units · 4096 B",
         "Latency (µs)",
@@ -253,7 +257,36 @@ fn where_filter_keeps_matching_rows_numerically() {
         ("units".to_owned(), fracflow_record::Cell::Num(1.0)),
     ];
     let svg = svg_of(&spec, "summary", fixtures::scalability());
-    // 2 series × 6 client counts survive the filter: one marker each.
-    // 2 series × 6 client counts survive the filter, plus one marker in each of the 3 legend entries.
-    assert_eq!(svg.matches("<circle").count(), 12 + 3);
+    // 2 series × 6 client counts survive the filter, plus one marker in each of the 2 legend entries (DPU has
+    // no rows, so no entry).
+    assert_eq!(svg.matches("<circle").count(), 12 + 2);
+}
+
+#[test]
+fn series_without_a_number_to_draw_are_left_out_of_the_legend() {
+    let mut spec = fixtures::scalability_spec();
+    spec.panels = None;
+    spec.filter = vec![("units".to_owned(), fracflow_record::Cell::Num(1.0))];
+    let mut table = fixtures::scalability();
+    // DPU rows exist but measured nothing (null medians): nothing is drawn for them, so no legend entry.
+    let width = table.columns.len();
+    for clients in [1.0, 28.0] {
+        let mut row = vec![fracflow_record::Cell::Null; width];
+        row[0] = fracflow_record::Cell::Text("DPU".to_owned());
+        row[1] = fracflow_record::Cell::Num(1.0);
+        row[2] = fracflow_record::Cell::Num(1024.0);
+        row[3] = fracflow_record::Cell::Num(clients);
+        table.rows.push(row);
+    }
+    let svg = svg_of(&spec, "summary", table.clone());
+    assert!(!svg.contains("DPU"), "{svg}");
+    assert!(svg.contains("fRAC") && svg.contains("CPU"));
+
+    // One DPU row with a number: the series is drawn and listed, in its place after CPU.
+    let last = table.rows.len() - 1;
+    table.rows[last][4] = fracflow_record::Cell::Num(5.0);
+    let svg = svg_of(&spec, "summary", table);
+    let at = |label: &str| svg.find(&format!(">\n{label}\n<"));
+    assert!(at("DPU").is_some(), "{svg}");
+    assert!(at("CPU") < at("DPU"), "the legend keeps the spec's order");
 }

@@ -9,7 +9,7 @@ use fracflow_plot::report::{
     MAX_TABLE_ROWS, Report, ReportFigure, ReportNode, ReportTable, render_html, write_report,
 };
 use fracflow_plot::{draw, figure_files};
-use fracflow_record::{Cell, ExpectationResult, NodeStatus, Table};
+use fracflow_record::{Cell, ExpectationResult, NodeStatus, PaperComparison, Table, Verdict};
 
 use super::fixtures::{self, provenance, tables};
 
@@ -41,14 +41,33 @@ fn report(figures: Vec<ReportFigure>) -> Report {
             ExpectationResult {
                 name: "fRAC flat".to_owned(),
                 claim: "median at 28 clients < 10 µs".to_owned(),
-                passed: true,
+                verdict: Verdict::Pass,
                 measured: "median 8.7 µs at n=28, limit 10 µs".to_owned(),
+                paper: vec![
+                    PaperComparison {
+                        paper: "8.7".to_owned(),
+                        unit: "µs".to_owned(),
+                        source: "Fig. 16, 1 accelerator, 28 clients, 1 KiB".to_owned(),
+                        at: "median_us at series=fRAC, units=1, clients=28, m=1024".to_owned(),
+                        measured: Some(31.4159),
+                        testbed_kind: Some("emulated".to_owned()),
+                    },
+                    PaperComparison {
+                        paper: "10–12".to_owned(),
+                        unit: "µs".to_owned(),
+                        source: "Fig. 16 <4 KiB>".to_owned(),
+                        at: "median_us at series=fRAC, units=1, clients=28, m=4096".to_owned(),
+                        measured: None,
+                        testbed_kind: None,
+                    },
+                ],
             },
             ExpectationResult {
                 name: "tail <script>".to_owned(),
                 claim: "p99 within 1 µs of the median".to_owned(),
-                passed: false,
+                verdict: Verdict::Fail,
                 measured: "p99 − median = 3.2 µs".to_owned(),
+                paper: Vec::new(),
             },
         ],
         build: vec![
@@ -100,6 +119,58 @@ fn page_shows_provenance_verdicts_capped_tables_and_escapes_everything() {
         !html.contains("http://") && !html.contains("https://"),
         "the page must not reach the network"
     );
+}
+
+#[test]
+fn paper_values_sit_beside_the_measured_ones_with_the_testbed_kind() {
+    let html = render_html(&report(Vec::new()));
+    let table = html
+        .split("<h3 id=\"paper\">Paper vs this run</h3>")
+        .nth(1)
+        .and_then(|rest| rest.split("</table>").next())
+        .expect("a paper-vs-run table");
+    assert!(
+        table.contains(
+            "<tr><td>fRAC flat</td><td class=\"num\">8.7 µs</td><td>Fig. 16, 1 accelerator, 28 clients, 1 KiB</td>\
+             <td class=\"num\">31.4 µs</td><td class=\"kind emulated\">emulated</td>\
+             <td>median_us at series=fRAC, units=1, clients=28, m=1024</td></tr>"
+        ),
+        "{table}"
+    );
+    // A point the run did not measure says so; the kind falls back to the run's testbed.
+    assert!(table.contains("<td class=\"num\">10–12 µs</td><td>Fig. 16 &lt;4 KiB&gt;</td><td class=\"num\">not measured in this run</td><td class=\"kind emulated\">emulated</td>"), "{table}");
+    assert!(
+        !table.contains("tail"),
+        "a claim without paper values has no row"
+    );
+
+    // No claim with a paper value: no table.
+    let mut bare = report(Vec::new());
+    for result in &mut bare.expectations {
+        result.paper.clear();
+    }
+    assert!(!render_html(&bare).contains("Paper vs this run"));
+}
+
+#[test]
+fn inconclusive_and_untestable_verdicts_are_neither_pass_nor_failure() {
+    let mut page = report(Vec::new());
+    page.expectations[1].verdict = Verdict::Inconclusive;
+    page.expectations.push(ExpectationResult {
+        name: "more cores".to_owned(),
+        claim: "slower growth".to_owned(),
+        verdict: Verdict::NotTestable,
+        measured: "needs ≥ 6 cores: 4 server + 2 client; host has 2".to_owned(),
+        paper: Vec::new(),
+    });
+    let html = render_html(&page);
+    assert!(
+        html.contains("1 of 3 expectations passed, 1 inconclusive (not a failure), 1 not testable here (not a failure)"),
+        "{html}"
+    );
+    assert!(html.contains("class=\"verdicts passing\""));
+    assert!(html.contains("<td class=\"verdict inconclusive\">inconclusive</td>"));
+    assert!(html.contains("<td class=\"verdict untestable\">not testable here</td>"));
 }
 
 #[test]
