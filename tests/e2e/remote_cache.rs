@@ -231,8 +231,11 @@ fn a_second_clone_builds_and_measures_nothing_the_first_one_did() {
             Some("smoke"),
         ),
     ] {
+        // The claims' verdicts are not this test's business (an emulated point starved by a loaded machine may
+        // fail one, exit 5): every node must complete, and B must get all of it from the remote.
+        let completed = |output: &Output| matches!(output.status.code(), Some(0 | 5));
         let first = remote_run(&a, &nginx, PASSWORD, args);
-        assert!(first.status.success(), "A {args:?}:\n{}", text(&first));
+        assert!(completed(&first), "A {args:?}:\n{}", text(&first));
         assert!(remote_warnings(&first).is_empty(), "{}", text(&first));
         let (built, _) = built_and_cached(&first);
         assert!(built > 0, "A built nothing:\n{}", text(&first));
@@ -248,7 +251,7 @@ fn a_second_clone_builds_and_measures_nothing_the_first_one_did() {
         );
 
         let second = remote_run(&b, &nginx, PASSWORD, args);
-        assert!(second.status.success(), "B {args:?}:\n{}", text(&second));
+        assert!(completed(&second), "B {args:?}:\n{}", text(&second));
         assert!(remote_warnings(&second).is_empty(), "{}", text(&second));
         assert_eq!(
             built_and_cached(&second).0,
@@ -347,11 +350,13 @@ fn wrong_credentials_a_tampered_blob_and_read_mode_never_fail_a_run() {
     );
     assert_eq!(built_and_cached(&tampered), (1, 5), "{}", text(&tampered));
     assert_eq!(
-        std::fs::read(c.latest_on("chain", None, "emulated").join("n0/o")).expect("n0's view"),
+        std::fs::read(c.latest_on("chain", None, "emulated").join("nodes/n0/o"))
+            .expect("n0's view"),
         b"0\n"
     );
 
-    // Read mode: a run of new nodes uploads nothing.
+    // Read mode: the nodes it builds are not uploaded. A new first node changes n1's key; n1 writes what it
+    // wrote before, so from n2 on the keys are A's again (early cutoff) and the remote serves them.
     let puts = nginx.requests("PUT");
     let d = chain_project("echo read-only > \"$FRACFLOW_OUT/o\"");
     let read = d
@@ -363,7 +368,7 @@ fn wrong_credentials_a_tampered_blob_and_read_mode_never_fail_a_run() {
         .output()
         .expect("spawn fracflow");
     assert!(read.status.success(), "{}", text(&read));
-    assert_eq!(built_and_cached(&read).0, 6);
+    assert_eq!(built_and_cached(&read), (2, 4), "{}", text(&read));
     assert_eq!(nginx.requests("PUT"), puts, "read mode sent a PUT");
     assert!(nginx.requests("GET") > 0, "read mode still asks");
     nginx.check_entries_name_whole_blobs();

@@ -125,11 +125,9 @@ fn connect(parsed: &Url) -> Result<Connected, OpenError> {
             headers.insert(http::header::AUTHORIZATION, header);
             options = options.with_default_headers(headers);
         }
-        // A base URL without a trailing slash would drop its last segment from every object path.
+        // Object paths are appended to the base URL's segments: a trailing slash would add an empty one.
         let mut base = parsed.clone();
-        if !base.path().ends_with('/') {
-            base.set_path(&format!("{}/", base.path()));
-        }
+        base.set_path(parsed.path().trim_end_matches('/'));
         Arc::new(
             object_store::http::HttpBuilder::new()
                 .with_url(base.as_str())
@@ -170,7 +168,12 @@ fn basic_auth(url: &Url) -> Result<Option<http::HeaderValue>, OpenError> {
 
 /// An error of the store, in one line and bounded (a garbage answer may be long).
 fn failure(error: object_store::Error) -> RemoteError {
-    let text = error.to_string().replace('\n', " ");
+    let said = match &error {
+        object_store::Error::Unauthenticated { .. } => "the store refused the credentials (401): ",
+        object_store::Error::PermissionDenied { .. } => "the store denied access (403): ",
+        _ => "",
+    };
+    let text = format!("{said}{error}").replace('\n', " ");
     let mut end = text.len().min(300);
     while !text.is_char_boundary(end) {
         end -= 1;
