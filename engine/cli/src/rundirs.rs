@@ -500,17 +500,7 @@ pub fn resolve_run(root: &Path, wanted: &str, pipeline: Option<&str>) -> Result<
     match matching.len() {
         1 => Ok(matching.remove(0)),
         0 => {
-            let ids: Vec<&str> = runs.iter().map(|r| r.manifest.run_id.as_str()).collect();
-            let hint = match fracflow_core::suggest::did_you_mean(wanted, ids.iter().copied()) {
-                Some(suggestion) => suggestion,
-                None if ids.is_empty() => {
-                    "there are no runs yet; `fracflow run TARGET` makes one".to_owned()
-                }
-                None => format!(
-                    "runs: {} (see `fracflow runs`)",
-                    fracflow_core::suggest::list_names(ids.iter().take(10).copied())
-                ),
-            };
+            let hint = unknown_run_hint(wanted, runs);
             let scope = pipeline.map_or_else(String::new, |p| format!(" of pipeline `{p}`"));
             Err(Error::bad_input_with_hint(
                 format!("no run `{wanted}`{scope} under results/"),
@@ -585,6 +575,21 @@ pub fn device_images(info: &RunInfo) -> BTreeMap<String, String> {
 /// The project root a run directory `<root>/results/<pipeline>/<run>` belongs to.
 pub fn root_of(run_dir: &Path) -> Option<&Path> {
     run_dir.parent()?.parent()?.parent()
+}
+
+/// The hint for a run id that names no run: the nearest id, else the ids there are, else how to make one.
+pub fn unknown_run_hint(wanted: &str, runs: &[RunInfo]) -> String {
+    let ids: Vec<&str> = runs.iter().map(|r| r.manifest.run_id.as_str()).collect();
+    match fracflow_core::suggest::did_you_mean(wanted, ids.iter().copied()) {
+        Some(suggestion) => suggestion,
+        None if ids.is_empty() => {
+            "there are no runs yet; `fracflow run TARGET` makes one".to_owned()
+        }
+        None => format!(
+            "runs: {} (see `fracflow runs`)",
+            fracflow_core::suggest::list_names(ids.iter().take(10).copied())
+        ),
+    }
 }
 
 #[cfg(test)]

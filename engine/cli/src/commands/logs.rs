@@ -92,18 +92,10 @@ fn runs_named<'a>(root: &std::path::Path, runs: &'a [RunInfo], wanted: &str) -> 
 }
 
 fn unknown_run(wanted: &str, runs: &[RunInfo]) -> Error {
-    let ids: Vec<&str> = runs.iter().map(|r| r.manifest.run_id.as_str()).collect();
-    let hint = match fracflow_core::suggest::did_you_mean(wanted, ids.iter().copied()) {
-        Some(suggestion) => suggestion,
-        None if ids.is_empty() => {
-            "there are no runs yet; `fracflow run TARGET` makes one".to_owned()
-        }
-        None => format!(
-            "runs: {} (see `fracflow runs`)",
-            fracflow_core::suggest::list_names(ids.iter().take(10).copied())
-        ),
-    };
-    Error::bad_input_with_hint(format!("no run `{wanted}` under results/"), hint)
+    Error::bad_input_with_hint(
+        format!("no run `{wanted}` under results/"),
+        rundirs::unknown_run_hint(wanted, runs),
+    )
 }
 
 fn unknown_node(node: &str, runs: &[&RunInfo]) -> Error {
