@@ -500,7 +500,7 @@ pub fn resolve_run(root: &Path, wanted: &str, pipeline: Option<&str>) -> Result<
     match matching.len() {
         1 => Ok(matching.remove(0)),
         0 => {
-            let hint = unknown_run_hint(wanted, runs);
+            let hint = unknown_run_hint(wanted, &runs);
             let scope = pipeline.map_or_else(String::new, |p| format!(" of pipeline `{p}`"));
             Err(Error::bad_input_with_hint(
                 format!("no run `{wanted}`{scope} under results/"),
