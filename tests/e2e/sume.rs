@@ -286,7 +286,10 @@ fn sume_flashes_loads_the_driver_and_tabulates_the_seeds_table_against_tool_doub
     )
     .expect("json");
     assert_eq!(verdicts.len(), 3, "{verdicts:?}");
-    assert!(verdicts.iter().all(|v| v["passed"] == true), "{verdicts:?}");
+    assert!(
+        verdicts.iter().all(|v| v["verdict"] == "pass"),
+        "{verdicts:?}"
+    );
 
     // The same command again touches nothing: the flash is cached by the bitstream's bytes, the points by key.
     let before = recorded(&sandbox).len();
@@ -438,7 +441,7 @@ fn a_watchdog_reset_during_a_point_taints_its_row_and_the_run_exits_5() {
         .iter()
         .find(|v| v["name"].as_str().is_some_and(|n| n.contains("watchdog")))
         .expect("the watchdog claim");
-    assert_eq!(watchdog["passed"], false, "{watchdog}");
+    assert_eq!(watchdog["verdict"], "fail", "{watchdog}");
     let measured = watchdog["measured"].as_str().expect("measured");
     let per_row: Vec<&str> = measured.split("; ").collect();
     assert_eq!(per_row.len(), rows.len(), "one verdict per row: {measured}");

@@ -356,9 +356,10 @@ fn the_real_fperf_measures_under_sudo_asked_once_and_kept_fresh() {
         "{calls}"
     );
     let (host, port) = addr.rsplit_once(':').expect("addr");
+    // The smoke point's `-d 3` plus fperf's 120 s of grace.
     assert!(
         calls.contains(&format!(
-            "sudo timeout -k 15 122 env TPA_ID=client TPA_ETH_DEV=fake0 TPA_CFG=tcp {{tso = 0; }} {bin}/tpa run \
+            "sudo timeout -k 15 123 env TPA_ID=client TPA_ETH_DEV=fake0 TPA_CFG=tcp {{tso = 0; }} {bin}/tpa run \
              {bin}/fperf -c {host} -p {port} -S 2",
             bin = bin.display()
         )),
