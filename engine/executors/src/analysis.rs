@@ -188,25 +188,13 @@ fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
             with_provenance(labels, &summary.source)
                 .map_err(|e| failed(job.spec, format!("{}: {e}", path.display())))
         };
-        let labels = summary.label_cells();
-        match summary.member_labels() {
-            // Client processes that ran at once with labels of their own: one point each.
-            Some(members) => {
-                for (member, own) in members.into_iter().enumerate() {
-                    let mut labels = labels.clone();
-                    labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
-                    points.push(PointSource {
-                        labels: provenance(labels)?,
-                        dir: dir.clone(),
-                        member: Some(member as u64),
-                    });
-                }
-            }
-            None => points.push(PointSource {
+        // Client processes that ran at once with labels of their own are one point each.
+        for (member, labels) in summary.rows() {
+            points.push(PointSource {
                 labels: provenance(labels)?,
                 dir: dir.clone(),
-                member: None,
-            }),
+                member,
+            });
         }
     }
     if points.is_empty() {

@@ -72,6 +72,24 @@ impl MeasureSummary {
             .collect();
         (self.members.len() > 1 && labelled.len() == self.members.len()).then_some(labelled)
     }
+
+    /// The rows this point makes, with the member each comes from: one per client process when every one
+    /// has labels of its own ([`MeasureSummary::member_labels`], laid over the point's), else the point's.
+    pub fn rows(&self) -> Vec<(Option<u64>, BTreeMap<String, Cell>)> {
+        let labels = self.label_cells();
+        match self.member_labels() {
+            Some(members) => members
+                .into_iter()
+                .enumerate()
+                .map(|(member, own)| {
+                    let mut labels = labels.clone();
+                    labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
+                    (Some(member as u64), labels)
+                })
+                .collect(),
+            None => vec![(None, labels)],
+        }
+    }
 }
 
 /// A row's labels as cells: its sweep point, then `labels` (which win).
@@ -545,6 +563,17 @@ mod tests {
             )
         );
         Ok(())
+    }
+
+    #[test]
+    fn a_point_makes_a_row_per_labelled_member_else_one() {
+        let mut summary = summary();
+        let members: Vec<Option<u64>> = summary.rows().into_iter().map(|(m, _)| m).collect();
+        assert_eq!(members, vec![Some(0), Some(1)]);
+        summary.members[1].labels = None;
+        let rows = summary.rows();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0], (None, summary.label_cells()));
     }
 
     #[test]

@@ -574,26 +574,13 @@ fn sources(info: &RunInfo) -> Vec<Source> {
         else {
             continue;
         };
-        let labels = summary.label_cells();
-        match summary.member_labels() {
-            Some(members) => {
-                for (member, own) in members.into_iter().enumerate() {
-                    let mut labels = labels.clone();
-                    labels.extend(own.iter().map(|(k, v)| (k.clone(), Cell::from_json(v))));
-                    sources.push(Source {
-                        node: id.clone(),
-                        labels,
-                        seconds: seconds.clone(),
-                        member: Some(member as u64),
-                    });
-                }
-            }
-            None => sources.push(Source {
+        for (member, labels) in summary.rows() {
+            sources.push(Source {
                 node: id.clone(),
                 labels,
-                seconds,
-                member: None,
-            }),
+                seconds: seconds.clone(),
+                member,
+            });
         }
     }
     sources
