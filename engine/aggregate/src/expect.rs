@@ -323,6 +323,36 @@ struct Judged {
     words: String,
 }
 
+/// Why a unit's numbers could not be judged. A claim that does not fit its table (a missing column, text where a
+/// number belongs) fails: the pipeline is wrong. A point with no value, because no samples were left after the
+/// cuts (a starved client under load), says nothing either way: the claim is inconclusive, not failed.
+struct Unjudged {
+    why: String,
+    no_data: bool,
+}
+
+impl Unjudged {
+    fn no_data(why: String) -> Unjudged {
+        Unjudged { why, no_data: true }
+    }
+
+    fn context(self, scope: &str) -> Unjudged {
+        Unjudged {
+            why: format!("{scope}: {}", self.why),
+            ..self
+        }
+    }
+}
+
+impl From<String> for Unjudged {
+    fn from(why: String) -> Unjudged {
+        Unjudged {
+            why,
+            no_data: false,
+        }
+    }
+}
+
 /// A unit of judgement: its rows, and how its line starts.
 struct Unit {
     rows: Vec<usize>,
@@ -385,8 +415,14 @@ impl Judging<'_> {
         }
         let point = match judge_rows(self.claim, self.view, &unit.rows) {
             Ok(point) => point,
-            Err(why) if unit.per_row => return (Verdict::Fail, why),
-            Err(why) => return (Verdict::Fail, line(&why, " ✗")),
+            Err(Unjudged { why, no_data: true }) if unit.per_row => {
+                return (Verdict::Inconclusive, format!("{why} (inconclusive)"));
+            }
+            Err(Unjudged { why, no_data: true }) => {
+                return (Verdict::Inconclusive, line(&why, " (inconclusive)"));
+            }
+            Err(Unjudged { why, .. }) if unit.per_row => return (Verdict::Fail, why),
+            Err(Unjudged { why, .. }) => return (Verdict::Fail, line(&why, " ✗")),
         };
         let (verdict, interval_words) = match self.blocks.map(|blocks| self.interval(blocks, unit))
         {
@@ -473,7 +509,9 @@ impl Judging<'_> {
                 sample: Some(&sample),
                 ..self.view.clone()
             };
-            Ok(judge_rows(self.claim, &view, &unit.rows)?.contrast)
+            judge_rows(self.claim, &view, &unit.rows)
+                .map(|judged| judged.contrast)
+                .map_err(|unjudged| unjudged.why)
         };
         let estimate = replicate(false)?;
         let mut contrasts = Vec::with_capacity(BOOTSTRAP_REPLICATES);
@@ -548,7 +586,7 @@ fn needed_cores(
             Amount::Column(column) if view.table.column(column).is_some() => {
                 let mut largest = 0.0f64;
                 for &row in rows {
-                    largest = largest.max(view.number(row, column)?);
+                    largest = largest.max(view.number(row, column).map_err(|e| e.why)?);
                 }
                 Ok(largest.ceil() as u32)
             }
@@ -627,11 +665,11 @@ fn paper_comparisons(
 }
 
 /// Judges one unit's rows on `view`'s numbers (the table's, or one resampling of the blocks).
-fn judge_rows(claim: &Claim<'_>, view: &View<'_>, rows: &[usize]) -> Result<Judged, String> {
-    let row_values = |columns: &[&String]| -> Result<Vec<f64>, String> {
+fn judge_rows(claim: &Claim<'_>, view: &View<'_>, rows: &[usize]) -> Result<Judged, Unjudged> {
+    let row_values = |columns: &[&String]| -> Result<Vec<f64>, Unjudged> {
         columns.iter().map(|c| view.number(rows[0], c)).collect()
     };
-    let bound = |bound: &Bound, kind: &str| -> Result<Judged, String> {
+    let bound = |bound: &Bound, kind: &str| -> Result<Judged, Unjudged> {
         let (v, l, column) = (row_values(&[&bound.column])?[0], bound.limit, &bound.column);
         let (holds, contrast, contrast_words, sign) = match kind {
             "within" => (
@@ -983,20 +1021,29 @@ struct View<'a> {
 }
 
 impl View<'_> {
-    fn number(&self, row: usize, column: &str) -> Result<f64, String> {
+    fn number(&self, row: usize, column: &str) -> Result<f64, Unjudged> {
         if let Some(sample) = self.sample
             && !sample.blocks.labels.iter().any(|label| label == column)
         {
-            return sample.number(row, column, &self.name(row));
+            return Ok(sample.number(row, column, &self.name(row))?);
         }
         match self.table.get(row, column) {
-            None => Err(format!("the table has no column `{column}`")),
+            None => Err(format!("the table has no column `{column}`").into()),
+            Some(Cell::Null) => Err(Unjudged::no_data(format!(
+                "no {column} at {} (no samples were left to compute it)",
+                self.name(row)
+            ))),
+            Some(Cell::Num(v)) if !v.is_finite() => Err(Unjudged::no_data(format!(
+                "{column} is {v} at {} (no samples were left to compute it)",
+                self.name(row)
+            ))),
             Some(cell) => cell.as_f64().filter(|v| v.is_finite()).ok_or_else(|| {
                 format!(
                     "{column} is not a number ({:?}) at {}",
                     cell.label(),
                     self.name(row)
                 )
+                .into()
             }),
         }
     }
@@ -1086,7 +1133,7 @@ impl Group<'_> {
         x: &str,
         y: &str,
         keep: impl Fn(usize) -> bool,
-    ) -> Result<Vec<(f64, f64)>, String> {
+    ) -> Result<Vec<(f64, f64)>, Unjudged> {
         let mut points = Vec::new();
         for &row in self.rows.iter().filter(|&&row| keep(row)) {
             points.push((self.view.number(row, x)?, self.view.number(row, y)?));
@@ -1096,10 +1143,11 @@ impl Group<'_> {
             return Err(format!(
                 "several rows at {x}={}; add the label that tells them apart to `by`",
                 number(pair[0].0)
-            ));
+            )
+            .into());
         }
         if points.len() < 2 {
-            return Err(format!("fewer than two values of {x}"));
+            return Err(format!("fewer than two values of {x}").into());
         }
         Ok(points)
     }
@@ -1109,7 +1157,7 @@ impl Group<'_> {
         x: &str,
         y: &str,
         keep: impl Fn(usize) -> bool,
-    ) -> Result<Growth, String> {
+    ) -> Result<Growth, Unjudged> {
         let points = self.curve(x, y, keep)?;
         let (x0, y0) = points[0];
         let (x1, y1) = points[points.len() - 1];
@@ -1117,18 +1165,19 @@ impl Group<'_> {
             return Err(format!(
                 "{y} at the smallest {x} is {}, so no growth ratio",
                 number(y0)
-            ));
+            )
+            .into());
         }
         Ok(Growth { x0, y0, x1, y1 })
     }
 
-    fn growth(&self, x: &str, y: &str) -> Result<Growth, String> {
+    fn growth(&self, x: &str, y: &str) -> Result<Growth, Unjudged> {
         self.growth_where(x, y, |_| true)
     }
 }
 
 /// Sub-linear: for every x, `(x/x0) / (y/y0) > 1`; the contrast is the smallest of these ratios − 1.
-fn sublinear(group: &Group<'_>, curve: &Curve) -> Result<Judged, String> {
+fn sublinear(group: &Group<'_>, curve: &Curve) -> Result<Judged, Unjudged> {
     let measured = |row: usize| {
         group
             .view
@@ -1145,7 +1194,8 @@ fn sublinear(group: &Group<'_>, curve: &Curve) -> Result<Judged, String> {
             number(x0),
             curve.y,
             number(y0)
-        ));
+        )
+        .into());
     }
     let mut holds = true;
     let mut tightest = f64::INFINITY;
@@ -1171,7 +1221,7 @@ fn sublinear(group: &Group<'_>, curve: &Curve) -> Result<Judged, String> {
     })
 }
 
-fn slower_growth(group: &Group<'_>, claim: &SlowerGrowth) -> Result<Judged, String> {
+fn slower_growth(group: &Group<'_>, claim: &SlowerGrowth) -> Result<Judged, Unjudged> {
     let mut values: Vec<f64> = group
         .rows
         .iter()
@@ -1180,10 +1230,10 @@ fn slower_growth(group: &Group<'_>, claim: &SlowerGrowth) -> Result<Judged, Stri
     values.sort_by(f64::total_cmp);
     values.dedup();
     let (Some(&smallest), Some(&largest)) = (values.first(), values.last()) else {
-        return Err(format!("no values of {}", claim.group));
+        return Err(format!("no values of {}", claim.group).into());
     };
     if smallest == largest {
-        return Err(format!("only {}={}", claim.group, number(smallest)));
+        return Err(format!("only {}={}", claim.group, number(smallest)).into());
     }
     let at = |value: f64| {
         group.growth_where(&claim.x, &claim.y, |row| {
@@ -1212,7 +1262,7 @@ fn slower_growth(group: &Group<'_>, claim: &SlowerGrowth) -> Result<Judged, Stri
     })
 }
 
-fn flatter(group: &Group<'_>, claim: &Flatter) -> Result<Judged, String> {
+fn flatter(group: &Group<'_>, claim: &Flatter) -> Result<Judged, Unjudged> {
     let series = |wanted: &Cell| {
         group
             .growth_where(&claim.x, &claim.y, |row| {
@@ -1222,7 +1272,7 @@ fn flatter(group: &Group<'_>, claim: &Flatter) -> Result<Judged, String> {
                     .get(row, &claim.series)
                     .is_some_and(|cell| cell_matches(cell, wanted))
             })
-            .map_err(|why| format!("{}={}: {why}", claim.series, wanted.label()))
+            .map_err(|unjudged| unjudged.context(&format!("{}={}", claim.series, wanted.label())))
     };
     let (flat, steep) = (series(&claim.flat)?, series(&claim.steep)?);
     Ok(Judged {

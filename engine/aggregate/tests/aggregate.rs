@@ -1596,6 +1596,53 @@ mod verdicts {
         );
     }
 
+    /// A point left with no samples after the cuts (a starved client under load: its median is empty) says
+    /// nothing about the claim, so the claim is inconclusive and the run does not fail; text where a number
+    /// belongs is a wrong pipeline, and fails.
+    #[test]
+    fn a_starved_point_makes_its_claim_inconclusive_not_failed() {
+        const GROWS: &str = r#"{"name":"g","where":{"series":"CPU"},
+            "grows":{"x":"clients","y":"median_us","by":["units"]}}"#;
+        let with_cell = |cell: Cell| {
+            let mut tables = cpu_table();
+            let summary = tables.get_mut("summary").expect("the summary table");
+            summary.rows[1][4] = cell;
+            tables
+        };
+
+        let starved = one(GROWS, &with_cell(Cell::Null), Some(&host(2)));
+        assert_eq!(starved.verdict, Verdict::Inconclusive, "{starved:?}");
+        assert!(!starved.failed());
+        assert!(
+            starved.measured.contains(
+                "units=1: no median_us at units=1, m=1024, clients=28 (no samples were left to compute it) (inconclusive)"
+            ),
+            "{}",
+            starved.measured
+        );
+        assert!(
+            starved.measured.contains("units=4: median_us 14 → 41"),
+            "the other group is still judged: {}",
+            starved.measured
+        );
+        let not_a_number = one(GROWS, &with_cell(num(f64::NAN)), Some(&host(2)));
+        assert_eq!(
+            not_a_number.verdict,
+            Verdict::Inconclusive,
+            "{not_a_number:?}"
+        );
+
+        let wrong = one(GROWS, &with_cell(text("fast")), Some(&host(2)));
+        assert_eq!(wrong.verdict, Verdict::Fail, "{wrong:?}");
+        assert!(
+            wrong
+                .measured
+                .contains("median_us is not a number (\"fast\")"),
+            "{}",
+            wrong.measured
+        );
+    }
+
     /// A deterministic noise in [-spread, spread): the same for the same (point, index).
     fn noise(point: u64, index: u64, spread: f64) -> f64 {
         let mut z = (point << 32 | index).wrapping_add(0x9e37_79b9_7f4a_7c15);
