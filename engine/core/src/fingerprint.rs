@@ -52,45 +52,34 @@ impl Fingerprint {
     /// `serde_json` writes for this struct, so keys did not change when this replaced it. Written by hand
     /// because a serialiser returns a `Result`, and a key made of whatever a failure left behind (empty
     /// bytes) would give unrelated nodes one key; every piece here is a string, a number or a JSON value,
-    /// whose text cannot fail to be written.
+    /// whose text cannot fail to be written. Into one buffer: every node of a run is keyed, and building a
+    /// string per field and per map entry made keying most of a no-op's work.
     fn canonical_json(&self) -> String {
-        fn string(text: &str) -> String {
-            serde_json::Value::from(text).to_string()
-        }
-        fn object<'a, V: 'a>(
-            entries: impl IntoIterator<Item = (&'a String, &'a V)>,
-            value: impl Fn(&V) -> String,
-        ) -> String {
-            let fields: Vec<String> = entries
-                .into_iter()
-                .map(|(key, inner)| format!("{}:{}", string(key), value(inner)))
-                .collect();
-            format!("{{{}}}", fields.join(","))
-        }
-        fn array(items: &[String]) -> String {
-            let items: Vec<String> = items.iter().map(|item| string(item)).collect();
-            format!("[{}]", items.join(","))
-        }
-        let json = |value: &serde_json::Value| value.to_string();
-        let text = |value: &String| string(value);
-        let fields = [
-            ("version", self.version.to_string()),
-            ("kind", string(&self.kind)),
-            ("kind_version", self.kind_version.to_string()),
-            ("config", object(&self.config, json)),
-            ("point", object(&self.point, json)),
-            ("outputs", array(&self.outputs)),
-            ("inputs", object(&self.inputs, text)),
-            ("upstream", object(&self.upstream, text)),
-            ("tools", object(&self.tools, text)),
-            ("testbed", object(&self.testbed, json)),
-            ("placement", array(&self.placement)),
-        ];
-        let fields: Vec<String> = fields
-            .iter()
-            .map(|(name, value)| format!("{}:{value}", string(name)))
-            .collect();
-        format!("{{{}}}", fields.join(","))
+        let mut out = CanonicalJson(String::with_capacity(256));
+        out.raw("{\"version\":");
+        out.display(self.version);
+        out.raw(",\"kind\":");
+        out.string(&self.kind);
+        out.raw(",\"kind_version\":");
+        out.display(self.kind_version);
+        out.raw(",\"config\":");
+        out.object(&self.config, |out, value| out.display(value));
+        out.raw(",\"point\":");
+        out.object(&self.point, |out, value| out.display(value));
+        out.raw(",\"outputs\":");
+        out.array(&self.outputs);
+        out.raw(",\"inputs\":");
+        out.object(&self.inputs, |out, text| out.string(text));
+        out.raw(",\"upstream\":");
+        out.object(&self.upstream, |out, text| out.string(text));
+        out.raw(",\"tools\":");
+        out.object(&self.tools, |out, text| out.string(text));
+        out.raw(",\"testbed\":");
+        out.object(&self.testbed, |out, value| out.display(value));
+        out.raw(",\"placement\":");
+        out.array(&self.placement);
+        out.raw("}");
+        out.0
     }
 
     /// Fields of `self` (old) that differ in `new`, sorted by field path.
@@ -119,6 +108,75 @@ impl Fingerprint {
         }
         changes.sort_by(|a, b| a.field.cmp(&b.field));
         changes
+    }
+}
+
+/// The canonical JSON text being written.
+struct CanonicalJson(String);
+
+impl CanonicalJson {
+    fn raw(&mut self, text: &str) {
+        self.0.push_str(text);
+    }
+
+    /// A number, or a JSON value by its `Display` (serde_json's compact form, the bytes its serialiser writes).
+    fn display(&mut self, value: impl std::fmt::Display) {
+        use std::fmt::Write;
+        // Writing into a `String` cannot fail, and neither can a JSON value's text (its map keys are strings).
+        let _ = write!(self.0, "{value}");
+    }
+
+    /// A JSON string, escaped as serde_json escapes: `"`, `\\` and the control characters below U+0020, the
+    /// common ones by their short forms, the rest as `\u00XX` in lower-case hex; everything else as is.
+    fn string(&mut self, text: &str) {
+        self.0.push('"');
+        let mut rest = text;
+        while let Some(at) = rest.find(|c: char| c < ' ' || c == '"' || c == '\\') {
+            self.0.push_str(&rest[..at]);
+            let byte = rest.as_bytes()[at];
+            match byte {
+                b'"' => self.0.push_str("\\\""),
+                b'\\' => self.0.push_str("\\\\"),
+                b'\n' => self.0.push_str("\\n"),
+                b'\r' => self.0.push_str("\\r"),
+                b'\t' => self.0.push_str("\\t"),
+                0x08 => self.0.push_str("\\b"),
+                0x0c => self.0.push_str("\\f"),
+                control => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    self.0.push_str("\\u00");
+                    self.0.push(char::from(HEX[usize::from(control >> 4)]));
+                    self.0.push(char::from(HEX[usize::from(control & 0xf)]));
+                }
+            }
+            rest = &rest[at + 1..];
+        }
+        self.0.push_str(rest);
+        self.0.push('"');
+    }
+
+    fn object<V>(&mut self, map: &BTreeMap<String, V>, value: impl Fn(&mut Self, &V)) {
+        self.0.push('{');
+        for (position, (key, inner)) in map.iter().enumerate() {
+            if position > 0 {
+                self.0.push(',');
+            }
+            self.string(key);
+            self.0.push(':');
+            value(self, inner);
+        }
+        self.0.push('}');
+    }
+
+    fn array(&mut self, items: &[String]) {
+        self.0.push('[');
+        for (position, item) in items.iter().enumerate() {
+            if position > 0 {
+                self.0.push(',');
+            }
+            self.string(item);
+        }
+        self.0.push(']');
     }
 }
 
@@ -219,6 +277,16 @@ mod tests {
             .testbed
             .insert("client_threads".into(), serde_json::json!(8));
         fingerprint.placement.push("device:fpga0".into());
+        // Every character serde_json may escape, in a key, a value, a JSON value and an array.
+        let every_ascii: String = (0u8..=0x7f).map(char::from).chain("é€😀".chars()).collect();
+        fingerprint
+            .inputs
+            .insert(every_ascii.clone(), every_ascii.clone());
+        fingerprint.config.insert(
+            every_ascii.clone(),
+            serde_json::json!([every_ascii, 1e300, -0.5, u64::MAX]),
+        );
+        fingerprint.outputs.push(every_ascii);
         for fingerprint in [sample(), fingerprint] {
             let serde = serde_json::to_string(&fingerprint).expect("serialisable");
             assert_eq!(fingerprint.canonical_json(), serde);
