@@ -10,6 +10,11 @@ use fracflow_cli::project::{self, Project};
 use fracflow_cli::{Exit, Result};
 use fracflow_executors::{process, slurm};
 
+/// A run allocates and frees per node (specs, keys, manifest records); glibc's allocator made that a quarter of
+/// a 10 000-node no-op (`bench/engine_vs_peers.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     // The hidden verbs run before clap: they are started by the engine, never typed.
