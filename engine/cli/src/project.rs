@@ -377,14 +377,16 @@ impl Project {
                 Some(&testbed.session),
             )
             .map_err(|refusals| refused_images(&testbed.name, &refusals))?;
-            loaded.graph =
-                fracflow_core::Graph::build(loaded.pipeline.nodes.clone()).map_err(|e| {
-                    Error::internal(
-                        "rebuilding the graph with the pinned images",
-                        format!("{e:?}"),
-                    )
-                })?;
-            targets = target_nodes(&loaded, selection.target.as_deref())?;
+            if choice.rewrote_pipeline {
+                loaded.graph =
+                    fracflow_core::Graph::build(loaded.pipeline.nodes.clone()).map_err(|e| {
+                        Error::internal(
+                            "rebuilding the graph with the pinned images",
+                            format!("{e:?}"),
+                        )
+                    })?;
+                targets = target_nodes(&loaded, selection.target.as_deref())?;
+            }
             *testbed.images.lock().unwrap_or_else(|e| e.into_inner()) = Some(choice);
         }
         Ok((loaded, targets))

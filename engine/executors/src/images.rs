@@ -110,6 +110,9 @@ pub struct ImageChoice {
     /// Per file used: output name, sha256 and provenance.
     pub files: Vec<String>,
     pub no_program: bool,
+    /// Some node was rewritten, so the graph must be built again; a pipeline with no image leaves it as loaded.
+    #[serde(skip)]
+    pub rewrote_pipeline: bool,
 }
 
 /// Rewrites `pipeline` for the testbed's image source: every needed `image`/`partials` node becomes a
@@ -158,6 +161,7 @@ pub fn apply(
             Err(refusals)
         };
     }
+    choice.rewrote_pipeline = true;
     let real = kind != TestbedKind::Emulated;
     if images.source == ImageSourceKind::Vivado {
         refusals.extend(use_vivado(pipeline, needed, overrides));
