@@ -108,10 +108,14 @@ pub fn run_provenance(run_dir: &Path, manifest: &RunManifest) -> Provenance {
     provenance(manifest, &client)
 }
 
-/// Writes `<run_dir>/report.html` for the run whose manifest is in `run_dir`; `cache` supplies the tool versions
-/// recorded in each node's fingerprint.
-pub fn write_run_report(run_dir: &Path, cache: &Cache) -> Result<ReportSummary, String> {
-    let manifest = fracflow_core::run::read_manifest(run_dir).map_err(|e| e.to_string())?;
+/// Writes `<run_dir>/report.html` for the run whose manifest is `manifest` (the run's own, in memory: reading
+/// back what was just written was a tenth of a large no-op); `cache` supplies the tool versions recorded in each
+/// node's fingerprint.
+pub fn write_run_report(
+    run_dir: &Path,
+    manifest: &RunManifest,
+    cache: &Cache,
+) -> Result<ReportSummary, String> {
     let node_dir = |id: &str| PathBuf::from("nodes").join(node_dir_name(id));
     let relative = |path: PathBuf| path.to_string_lossy().into_owned();
 
