@@ -80,20 +80,33 @@ pub struct NodeSpec {
     /// Kind-specific settings after template resolution (for `command`: run, env, cwd, metrics, …).
     pub config: BTreeMap<String, serde_json::Value>,
     /// The sweep coordinates of this instance (empty for an unswept node).
+    // Empty and default fields are left out when written: the load memo of a 10 000-node pipeline is read on
+    // every run, and they were a third of its bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub point: BTreeMap<String, serde_json::Value>,
     /// Ids of the nodes whose outputs this node reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deps: Vec<NodeId>,
     /// Files whose content enters the key, absolute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<PathBuf>,
     /// Output files the node must produce, relative to its output directory.
     pub outputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<Resource>,
     /// Extra attempts after a transient failure.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// Declared duration, used by `plan` before any run has been recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<Duration>,
     pub origin: Origin,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// A loaded pipeline: its nodes in declaration order and its named targets.
