@@ -235,7 +235,7 @@ pub fn write_run_report(
         })
         .collect();
     let report = Report {
-        provenance: run_provenance(run_dir, &manifest),
+        provenance: run_provenance(run_dir, manifest),
         title: format!("{} — run {}", manifest.pipeline, manifest.run_id),
         figures,
         tables,
