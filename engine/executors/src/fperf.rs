@@ -257,11 +257,12 @@ impl FperfInvocation {
     }
 }
 
+/// The request shape of a run (`-K`, `-X`, `-R`): what a latency line without its own `trace_send` stands for.
 #[derive(Debug, Clone, Copy)]
-struct Shape {
-    slot: u16,
-    request_bytes: u32,
-    response_bytes: u32,
+pub struct Shape {
+    pub slot: u16,
+    pub request_bytes: u32,
+    pub response_bytes: u32,
 }
 
 /// The process to start: `program args…`. `env` is the `TPA_*` triple exactly as `args` sets it through
@@ -750,7 +751,7 @@ fn collect_thread_files(from: &Path, to: &Path) -> Result<BTreeMap<u32, PathBuf>
 }
 
 /// Every latency line of one thread's file as a sample (no warm-up cut).
-fn parse_thread_file(text: &str, thread: u32, shape: Shape) -> Result<Vec<Sample>, String> {
+pub fn parse_thread_file(text: &str, thread: u32, shape: Shape) -> Result<Vec<Sample>, String> {
     struct Send {
         stamp: u64,
         slot: u16,
@@ -875,7 +876,7 @@ fn sample_problem(
 /// The log's seconds as the embedded client's records. min/avg/max come from the printed µs (10 ns
 /// resolution), bytes from the printed Gbit/s; p50/p99 from the latency lines the second's `count=` values
 /// attribute to it (0 when there are no latency files or they are shorter than the counts).
-fn second_records(
+pub fn second_records(
     log: &ParsedLog,
     per_thread: &BTreeMap<u32, Vec<Sample>>,
     skip_s: u32,

@@ -40,7 +40,7 @@ pub fn nic_mtu(nic: &str) -> Result<u32, String> {
 }
 
 /// The number after `mtu` in a line of `ip -o link show`.
-fn mtu_of_ip_link(text: &str) -> Option<u32> {
+pub fn mtu_of_ip_link(text: &str) -> Option<u32> {
     text.split_whitespace()
         .skip_while(|word| *word != "mtu")
         .nth(1)
