@@ -94,9 +94,9 @@ fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 }
 
 /// The input is what a loopback peer sends the management channel (`PROGRAM <len>\n<image>`, `STATUS\n`, …).
-/// Every answer is one line, `OK …` or `ERR …`, and there are no more answers than command lines; a `STATUS`
-/// answer is JSON the client's type reads. Afterwards the device still answers `STATUS` on a new connection,
-/// and it holds what the last successful `PROGRAM` of the input said it programmed.
+/// Every answer is one line, `OK …` or `ERR …`, and no command line (an unfinished last one included) gets more
+/// than one; a `STATUS` answer is JSON the client's type reads. Afterwards the device still answers `STATUS` on a
+/// new connection, and it holds what the last successful `PROGRAM` of the input said it programmed.
 pub fn management_channel(data: &[u8]) {
     let addr = device_management();
     let reply = exchange(addr, data);
@@ -129,10 +129,11 @@ pub fn management_channel(data: &[u8]) {
             assert!(line.starts_with("ERR "), "neither OK nor ERR: {line:?}");
         }
     }
-    let command_lines = data.iter().filter(|&&b| b == b'\n').count();
+    // Each newline-ended line gets at most one answer, and so does an unfinished last line (`ERR`).
+    let command_lines = data.iter().filter(|&&b| b == b'\n').count() + 1;
     assert!(
-        answers <= command_lines.max(1),
-        "{answers} answers to {command_lines} command lines"
+        answers <= command_lines,
+        "{answers} answers to at most {command_lines} command lines"
     );
     let after = exchange(addr, b"STATUS\n");
     let after = String::from_utf8_lossy(&after);
