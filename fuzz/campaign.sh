@@ -32,7 +32,9 @@ for target in "${targets[@]}"; do
   cargo +nightly fuzz run "${FLAGS[@]}" "$target" "work/$target" "corpus/$target" -- \
     -runs="$RUNS" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=30 \
     > "logs/$target.log" 2>&1 || true
-  took=$(( $(date +%s) - start ))
+  # libFuzzer's own count of seconds (the wall time also holds the build); a crashed run has only the wall time.
+  took=$(grep -o 'Done [0-9]* runs in [0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1)
+  took=${took:-"≤$(( $(date +%s) - start ))"}
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "logs/$target.log" | tail -1 | grep -o '[0-9]*')
   crashes=$(( $(ls "artifacts/$target" | wc -l) - before ))
