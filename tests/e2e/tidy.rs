@@ -5,7 +5,7 @@ use std::process::Command;
 
 /// Which fracflow crates each crate may import (normal and build dependencies).
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let table: [(&str, &[&str]); 11] = [
+    let table: [(&str, &[&str]); 12] = [
         ("fracflow-record", &[]),
         ("fracflow-proto", &[]),
         ("fracflow-core", &["fracflow-record"]),
@@ -25,6 +25,18 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "fracflow-emulator",
                 "fracflow-aggregate",
                 "fracflow-plot",
+            ],
+        ),
+        (
+            "fracflow-fuzzing",
+            &[
+                "fracflow-record",
+                "fracflow-loader",
+                "fracflow-executors",
+                "fracflow-proto",
+                "fracflow-client",
+                "fracflow-emulator",
+                "fracflow-aggregate",
             ],
         ),
         (

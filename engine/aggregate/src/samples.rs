@@ -231,6 +231,26 @@ impl SamplesFile {
             ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| {
                 AggregateError::samples(path, format!("not a readable Parquet file: {e}"))
             })?;
+        // parquet's page reader asserts (panics) on a column chunk whose footer gives a negative offset or
+        // size; such a file is refused here instead.
+        if let Some(bad) = metadata
+            .metadata()
+            .row_groups()
+            .iter()
+            .flat_map(|group| group.columns())
+            .find(|c| {
+                c.dictionary_page_offset().unwrap_or(c.data_page_offset()) < 0
+                    || c.compressed_size() < 0
+            })
+        {
+            return Err(AggregateError::samples(
+                path,
+                format!(
+                    "column {} has a negative offset or size in the footer",
+                    bad.column_path()
+                ),
+            ));
+        }
         let mut needed = vec![
             SampleColumn::Thread,
             SampleColumn::Seq,

@@ -84,8 +84,9 @@ pub fn format_second(rec: &SecondRecord) -> String {
     let mut read = 0u64;
     let mut write = 0u64;
     for t in &rec.threads {
-        read += t.bytes_read;
-        write += t.bytes_written;
+        // Saturating: records parsed back from a log (the fperf adapter's) may hold any byte counts.
+        read = read.saturating_add(t.bytes_read);
+        write = write.saturating_add(t.bytes_written);
         let _ = writeln!(
             out,
             "{:5} {:<2} .{} min={:.2}us avg={:.2}us max={:.2}us read(Gbits/sec)={:.3} write(Gbits/sec)={:.3} count={}",
@@ -216,7 +217,7 @@ impl ParsedLog {
             .iter()
             .filter(|t| t.second >= from)
             .map(|t| t.count)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 }
 

@@ -510,14 +510,22 @@ fn write_latency_logs(
 ) -> Result<(), ClientError> {
     for t in 0..threads {
         let path = dir.join(format!("hugepage_thread_{t}.txt"));
-        let mut text = String::new();
-        for s in samples.iter().filter(|s| s.thread == t) {
-            text.push_str(&s.latency_last_piece_ns.to_string());
-            text.push('\n');
-        }
-        std::fs::write(&path, text).map_err(|source| ClientError::Log { path, source })?;
+        std::fs::write(&path, latency_log_text(samples, t))
+            .map_err(|source| ClientError::Log { path, source })?;
     }
     Ok(())
+}
+
+/// The text of thread `thread`'s `hugepage_thread_<i>.txt`: its samples' latencies (fperf's definition, ns),
+/// one per line, in the order given.
+#[must_use]
+pub fn latency_log_text(samples: &[Sample], thread: u32) -> String {
+    let mut text = String::new();
+    for s in samples.iter().filter(|s| s.thread == thread) {
+        text.push_str(&s.latency_last_piece_ns.to_string());
+        text.push('\n');
+    }
+    text
 }
 
 fn load1() -> Option<f64> {

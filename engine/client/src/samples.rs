@@ -77,10 +77,25 @@ pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
         why,
     };
     let file = File::open(path).map_err(|e| err(e.to_string()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| err(e.to_string()))?
-        .build()
-        .map_err(|e| err(e.to_string()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| err(e.to_string()))?;
+    // parquet's page reader asserts (panics) on a column chunk whose footer gives a negative offset or size;
+    // such a file is refused here instead.
+    if let Some(bad) = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .flat_map(|group| group.columns())
+        .find(|c| {
+            c.dictionary_page_offset().unwrap_or(c.data_page_offset()) < 0
+                || c.compressed_size() < 0
+        })
+    {
+        return Err(err(format!(
+            "column {} has a negative offset or size in the footer",
+            bad.column_path()
+        )));
+    }
+    let reader = builder.build().map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| err(e.to_string()))?;

@@ -146,7 +146,8 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceRow>, TraceError> {
         let response_size = int(fields[3], "response_size")?;
         if request_size == 0
             || !request_size.is_multiple_of(64)
-            || request_size + HEADER_LEN as u32 > MAX_REQUEST_BYTES
+            // Not `request_size + 64 > MAX`: near u32::MAX that sum wraps and a 4 GiB request would pass.
+            || request_size > MAX_REQUEST_BYTES - HEADER_LEN as u32
         {
             return Err(row_err(format!(
                 "request_size {request_size} must be whole 64-byte lines, 64..={}",
@@ -273,6 +274,18 @@ mod tests {
     use super::*;
 
     const HEADER: &str = "app,sleep_time,request_size,response_size\n";
+
+    #[test]
+    fn a_request_size_whose_header_sum_wraps_is_refused() {
+        // 4294967232 + 64 is 2^32: in a release build the sum wrapped to 0 and the row passed (found by fuzzing).
+        let text = format!("{HEADER}1,0,4294967232,64\n");
+        assert!(matches!(
+            parse_trace(&text),
+            Err(TraceError::Row { line: 2, .. })
+        ));
+        assert!(parse_trace(&format!("{HEADER}1,0,65408,64\n")).is_ok());
+        assert!(parse_trace(&format!("{HEADER}1,0,65472,64\n")).is_err());
+    }
 
     #[test]
     fn the_real_files_format_parses_with_float_integers_crlf_and_a_bom() {

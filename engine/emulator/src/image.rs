@@ -377,13 +377,17 @@ impl PartialImage {
             what: WHAT,
         };
         let cell = r.u8()?;
-        let _reserved = r.u8()?;
+        let reserved = r.u8()?;
         let rm_id = r.u32()?;
         let build_id = BuildId(r.array()?);
         let name_at = r.pos;
         r.take(MAX_UNIT_NAME as u64)?;
         let plugin = r.plugin()?;
         check_digest(bytes, r.pos, WHAT, 3)?;
+        // Otherwise two different files would be one partial: the container has one encoding.
+        if reserved != 0 {
+            return Err(r.malformed(format!("reserved byte 11 is {reserved}, not 0")));
+        }
         let unit = Reader {
             bytes,
             pos: name_at,
@@ -538,9 +542,10 @@ impl FullImage {
                 }
                 let mut cells = Vec::with_capacity(usize::from(count));
                 let mut name_positions = Vec::with_capacity(usize::from(count));
+                let mut reserved_set = false;
                 for _ in 0..count {
                     let slot = r.u8()?;
-                    r.take(3)?;
+                    reserved_set |= r.take(3)?.iter().any(|&b| b != 0);
                     let rm_id = r.u32()?;
                     name_positions.push(r.pos);
                     r.take(MAX_UNIT_NAME as u64)?;
@@ -553,6 +558,9 @@ impl FullImage {
                     });
                 }
                 check_digest(bytes, r.pos, WHAT, 0)?;
+                if reserved_set {
+                    return Err(r.malformed("a cell record's reserved bytes are not 0"));
+                }
                 let name_at = |at: usize| {
                     Reader {
                         bytes,
@@ -768,6 +776,18 @@ mod tests {
             unit: "cnn".into(),
             plugin: (0..=255u8).cycle().take(1000).collect(),
         }
+    }
+
+    #[test]
+    fn a_partial_with_its_reserved_byte_set_is_refused_even_when_sealed() {
+        // It decoded to the same partial as the zero byte: two files, one image (found by fuzzing).
+        let bytes = partial().encode();
+        let mut content = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
+        content[11] = 5;
+        assert!(matches!(
+            PartialImage::decode(&seal(content)),
+            Err(ImageError::Malformed { .. })
+        ));
     }
 
     #[test]

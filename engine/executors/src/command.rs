@@ -565,7 +565,7 @@ impl Metric {
 }
 
 /// The metric's value in `stdout`, or why there is none.
-fn extract(metric: &Metric, stdout: &str) -> Result<serde_json::Value, String> {
+pub fn extract(metric: &Metric, stdout: &str) -> Result<serde_json::Value, String> {
     if let Some(pattern) = &metric.regex {
         let regex =
             regex::Regex::new(pattern).map_err(|e| format!("`{pattern}` is not a regex: {e}"))?;

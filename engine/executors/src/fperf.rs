@@ -257,11 +257,12 @@ impl FperfInvocation {
     }
 }
 
+/// The request shape of a run (`-K`, `-X`, `-R`): what a latency line without its own `trace_send` stands for.
 #[derive(Debug, Clone, Copy)]
-struct Shape {
-    slot: u16,
-    request_bytes: u32,
-    response_bytes: u32,
+pub struct Shape {
+    pub slot: u16,
+    pub request_bytes: u32,
+    pub response_bytes: u32,
 }
 
 /// The process to start: `program args…`. `env` is the `TPA_*` triple exactly as `args` sets it through
@@ -750,7 +751,7 @@ fn collect_thread_files(from: &Path, to: &Path) -> Result<BTreeMap<u32, PathBuf>
 }
 
 /// Every latency line of one thread's file as a sample (no warm-up cut).
-fn parse_thread_file(text: &str, thread: u32, shape: Shape) -> Result<Vec<Sample>, String> {
+pub fn parse_thread_file(text: &str, thread: u32, shape: Shape) -> Result<Vec<Sample>, String> {
     struct Send {
         stamp: u64,
         slot: u16,
@@ -848,7 +849,7 @@ fn warmup_count(log: &ParsedLog, thread: u32, skip_s: u32) -> u64 {
         .iter()
         .filter(|t| t.thread == thread && t.second < skip_s)
         .map(|t| t.count)
-        .sum()
+        .fold(0, u64::saturating_add)
 }
 
 /// The artifact's sample checks: one file per thread, and latencies left after the cut in each.
@@ -875,7 +876,7 @@ fn sample_problem(
 /// The log's seconds as the embedded client's records. min/avg/max come from the printed µs (10 ns
 /// resolution), bytes from the printed Gbit/s; p50/p99 from the latency lines the second's `count=` values
 /// attribute to it (0 when there are no latency files or they are shorter than the counts).
-fn second_records(
+pub fn second_records(
     log: &ParsedLog,
     per_thread: &BTreeMap<u32, Vec<Sample>>,
     skip_s: u32,
@@ -920,12 +921,13 @@ fn second_records(
         pooled.sort_unstable();
         let total = log.totals.iter().find(|t| t.second == second);
         let sum_gbps = |f: fn(&ThreadSecond) -> u64| -> f64 {
-            threads.iter().map(f).sum::<u64>() as f64 * 8.0 / 1e9
+            // As floats: a log's rates may print more bytes than a u64 holds when summed.
+            threads.iter().map(|t| f(t) as f64).sum::<f64>() * 8.0 / 1e9
         };
         out.push(SecondRecord {
             second,
             latency: LatencyDef::LastPiece,
-            count: threads.iter().map(|t| t.count).sum(),
+            count: threads.iter().fold(0, |sum, t| sum.saturating_add(t.count)),
             p50_ns: percentile(&pooled, 50.0),
             p99_ns: percentile(&pooled, 99.0),
             // fperf prints min=0 for a thread without completions; it is no latency.
@@ -1063,6 +1065,22 @@ mod tests {
             (0, 8000, 3000)
         );
         assert!(parse_thread_file("12x\n", 0, shape).is_err());
+    }
+
+    #[test]
+    fn a_log_whose_counts_and_rates_overflow_a_u64_gives_saturated_records() {
+        // Two threads each printing more bytes than a u64 holds overflowed the sums (found by fuzzing).
+        let line = |thread: u32| {
+            format!(
+                "    0 RR .{thread} min=1.00us avg=1.00us max=1.00us read(Gbits/sec)=1e30 \
+                 write(Gbits/sec)=1e30 count=18446744073709551615\n"
+            )
+        };
+        let log = parse_fperf_log(&(line(0) + &line(1))).expect("parses");
+        assert_eq!(log.count_from(0), u64::MAX);
+        let records = second_records(&log, &BTreeMap::new(), 0);
+        assert_eq!(records[0].count, u64::MAX);
+        assert!(records[0].read_gbps > 1e10);
     }
 
     #[test]

@@ -232,14 +232,8 @@ impl SlurmKind {
             ),
         ]);
         let (code, out) = (self.client)("sbatch", &args).map_err(|e| failed(spec, e))?;
-        let id = out
-            .lines()
-            .next()
-            .and_then(|l| l.split(';').next())
-            .map(str::trim)
-            .filter(|id| code == 0 && !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()))
-            .ok_or_else(|| failed(spec, format!("sbatch failed (exit {code}): {}", out.trim())))?
-            .to_owned();
+        let id = submitted_job_id(code, &out)
+            .ok_or_else(|| failed(spec, format!("sbatch failed (exit {code}): {}", out.trim())))?;
         // Recorded before anything else, so a killed engine re-attaches instead of submitting twice.
         fracflow_record::atomic_write(&dir.join(JOB_FILE), id.as_bytes())
             .map_err(|e| failed(spec, e))?;
@@ -347,17 +341,27 @@ fn cancel(
     ))
 }
 
-/// A job's final state as Slurm reports it.
+/// The job id `sbatch --parsable` printed (`ID` or `ID;CLUSTER` on its first line), if it succeeded.
+pub fn submitted_job_id(code: i32, out: &str) -> Option<String> {
+    out.lines()
+        .next()
+        .and_then(|l| l.split(';').next())
+        .map(str::trim)
+        .filter(|id| code == 0 && !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_owned)
+}
+
+/// A job's state as Slurm reports it (final once [`Ended::is_final`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Ended {
-    state: String,
+pub struct Ended {
+    pub state: String,
     /// `N:S`: exit code and signal.
-    exit_code: String,
-    reason: String,
+    pub exit_code: String,
+    pub reason: String,
 }
 
 impl Ended {
-    fn is_final(&self) -> bool {
+    pub fn is_final(&self) -> bool {
         !matches!(
             self.state.as_str(),
             "PENDING"
@@ -376,7 +380,8 @@ impl Ended {
         )
     }
 
-    fn from_exit_file(code: &str) -> Ended {
+    /// What the job's exit file (`CODE` or `CODE node …: why`) says, for a job Slurm no longer knows.
+    pub fn from_exit_file(code: &str) -> Ended {
         let state = if code.split_whitespace().next() == Some("0") {
             "COMPLETED"
         } else {
@@ -396,6 +401,11 @@ fn job_state(id: &str, client: SlurmClient) -> Result<Option<Ended>, String> {
         "scontrol",
         &["show".into(), "job".into(), "-o".into(), id.into()],
     )?;
+    parse_show_job(id, code, &out)
+}
+
+/// What `scontrol show job -o ID` answered (its exit code and output): `None` when Slurm does not know the id.
+pub fn parse_show_job(id: &str, code: i32, out: &str) -> Result<Option<Ended>, String> {
     if code != 0 {
         if out.contains("Invalid job id") {
             return Ok(None);

@@ -40,7 +40,7 @@ pub fn nic_mtu(nic: &str) -> Result<u32, String> {
 }
 
 /// The number after `mtu` in a line of `ip -o link show`.
-fn mtu_of_ip_link(text: &str) -> Option<u32> {
+pub fn mtu_of_ip_link(text: &str) -> Option<u32> {
     text.split_whitespace()
         .skip_while(|word| *word != "mtu")
         .nth(1)
@@ -118,7 +118,8 @@ pub fn hugepage_finding(profile: &TestbedProfile, meminfo: &str) -> Option<Findi
         return None;
     }
     let per_process = socket_mem_mb(profile.client.tpa_cfg.as_deref());
-    let needed = per_process * MAX_CONCURRENT_FPERF;
+    // Saturating: `socket-mem` is the profile's text, and no host has u64::MAX MB to offer anyway.
+    let needed = per_process.saturating_mul(MAX_CONCURRENT_FPERF);
     let rule = format!(
         "needs {} GB: {} GB per fperf process (socket-mem {per_process}) × {MAX_CONCURRENT_FPERF} processes at \
          once (mixed_workload and scalability, one per slot)",
@@ -142,7 +143,7 @@ pub fn hugepage_finding(profile: &TestbedProfile, meminfo: &str) -> Option<Findi
     let ready = pages.free_mb() >= needed;
     let mut detail = format!("{found}, {rule}");
     if !ready && pages.page_kb > 0 {
-        let pages_needed = (needed * 1024).div_ceil(pages.page_kb);
+        let pages_needed = needed.saturating_mul(1024).div_ceil(pages.page_kb);
         detail.push_str(&format!(
             "; e.g. `echo {pages_needed} > /proc/sys/vm/nr_hugepages`"
         ));
@@ -152,7 +153,7 @@ pub fn hugepage_finding(profile: &TestbedProfile, meminfo: &str) -> Option<Findi
 
 /// MB as GB with at most one decimal, for findings.
 fn gb(mb: u64) -> String {
-    let tenths = mb * 10 / 1024;
+    let tenths = u128::from(mb) * 10 / 1024;
     if tenths.is_multiple_of(10) {
         format!("{}", tenths / 10)
     } else {
@@ -214,6 +215,14 @@ mod tests {
         );
         assert_eq!(socket_mem_mb(Some("tcp {tso = 0; }")), 8192);
         assert_eq!(socket_mem_mb(None), 8192);
+    }
+
+    #[test]
+    fn a_socket_mem_beyond_any_host_is_not_ready_rather_than_an_overflow() {
+        // socket-mem × 4 processes overflowed u64 (found by fuzzing); it now saturates and is simply not ready.
+        let profile = fperf_profile(Some("dpdk { socket-mem = 18446744073709551615; }"));
+        let finding = hugepage_finding(&profile, MEMINFO).expect("checked");
+        assert!(!finding.ready, "{finding:?}");
     }
 
     #[test]

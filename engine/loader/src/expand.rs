@@ -105,6 +105,8 @@ pub(crate) enum InputProblem {
     Missing,
     Directory,
     BadPattern(String),
+    /// A file the pattern names lies outside the project root (an absolute path, `..`, or a symlink out).
+    Outside,
 }
 
 impl<'l, 'o> Expander<'l, 'o> {
@@ -528,6 +530,13 @@ impl<'l, 'o> Expander<'l, 'o> {
                             format!("invalid glob `{pattern}` in node `{}`: {why}", def.name),
                             "",
                         ),
+                        InputProblem::Outside => (
+                            format!(
+                                "input `{pattern}` of node `{}` names a file outside the project",
+                                def.name
+                            ),
+                            crate::load::OUTSIDE_HINT,
+                        ),
                     };
                     let hint = (!hint.is_empty()).then(|| hint.to_owned());
                     self.lx.instance_error(loc, message, hint, None);
@@ -682,7 +691,20 @@ impl<'l, 'o> Expander<'l, 'o> {
 
 /// The files `pattern` (relative to `root`; globs allowed) names, sorted: the expander's lookup, and what a
 /// remembered load repeats to know that it still holds.
+/// The files an `inputs:` pattern names under `root` (canonical), each of them inside it.
 pub(crate) fn look_up_inputs(root: &Path, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
+    let files = find_files(root, pattern)?;
+    if files
+        .iter()
+        .all(|file| std::fs::canonicalize(file).is_ok_and(|real| real.starts_with(root)))
+    {
+        Ok(files)
+    } else {
+        Err(InputProblem::Outside)
+    }
+}
+
+fn find_files(root: &Path, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
     if pattern.contains(['*', '?', '[']) {
         let full = if Path::new(pattern).is_absolute() {
             pattern.to_owned()

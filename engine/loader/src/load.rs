@@ -16,6 +16,11 @@ use crate::template::{self, TemplateError};
 use crate::tree::{Loc, Node, Val, merge};
 use crate::{LoadOptions, Loaded};
 
+/// The hint of every path that leaves the project (`base:`, `uses:`, `inputs:`): what a run reads is hashed
+/// and cached as the project's, and a bundle carries only the project, so nothing may come from beside it.
+pub(crate) const OUTSIDE_HINT: &str =
+    "paths resolve under the project root (symlinks followed); copy the file into the project";
+
 /// Where a deserialization error happened, for its message.
 #[derive(Clone, Copy)]
 pub(crate) enum Scope<'a> {
@@ -295,6 +300,14 @@ impl<'o> Loader<'o> {
         };
         let base_loc = base.loc;
         let base_path = self.relative_to(file, relative);
+        if self.outside_root(&base_path) {
+            self.error(
+                base_loc,
+                format!("`base:` file `{relative}` is outside the project"),
+                Some(OUTSIDE_HINT.to_owned()),
+            );
+            return None;
+        }
         chain.push(path.to_path_buf());
         if chain.contains(&base_path) {
             let mut names: Vec<String> = chain
@@ -312,6 +325,12 @@ impl<'o> Loader<'o> {
         let under = self.load_with_base(&base_path, Some(base_loc), chain)?;
         chain.pop();
         Some(merge(under.without("base"), tree))
+    }
+
+    /// Whether `path` (from [`Loader::relative_to`]: canonical when it exists) is an existing file outside the
+    /// project root, symlinks followed. A missing file is left for the read to report.
+    fn outside_root(&self, path: &Path) -> bool {
+        path.exists() && !path.starts_with(&self.src.root)
     }
 
     /// A path written in file `file`, relative to that file's directory, made absolute.
@@ -559,6 +578,15 @@ impl<'o> Loader<'o> {
         let mut all_read = true;
         for used in uses {
             let path = self.relative_to(used.loc.file, &used.value);
+            if self.outside_root(&path) {
+                self.error(
+                    used.loc,
+                    format!("`uses:` file `{}` is outside the project", used.value),
+                    Some(OUTSIDE_HINT.to_owned()),
+                );
+                all_read = false;
+                continue;
+            }
             if stack.contains(&path) {
                 let mut names: Vec<String> = stack
                     .iter()
