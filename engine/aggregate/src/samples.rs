@@ -336,14 +336,25 @@ impl SamplesFile {
         // read in parallel through clones would read each other's bytes.
         let file = File::open(&self.path).map_err(|e| AggregateError::io(&self.path, e))?;
         let mask = ProjectionMask::columns(self.metadata.parquet_schema(), wanted.names());
-        let reader =
+        let mut reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.metadata.clone())
                 .with_projection(mask)
                 .with_row_groups(vec![row_group])
                 .with_batch_size(BATCH_ROWS)
                 .build()
                 .map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
-        for batch in reader {
+        // parquet's decoder panics on some malformed pages (a dictionary-encoded page in a chunk without a
+        // dictionary page); that is this file's error, not the run's end.
+        loop {
+            let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
+                .map_err(|_| {
+                    self.error(format!(
+                        "row group {row_group}: a malformed page the Parquet decoder cannot read"
+                    ))
+                })?;
+            let Some(batch) = next else {
+                break;
+            };
             let batch = batch.map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
             let u32s = |column: SampleColumn, on: bool| {
                 on.then(|| self.u32_column(&batch, column)).transpose()

@@ -70,6 +70,9 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
     Ok(())
 }
 
+/// What a panic of parquet's page decoder is reported as.
+const MALFORMED_PAGE: &str = "a malformed page the Parquet decoder cannot read";
+
 /// Reads a samples file back.
 pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
     let err = |why: String| SamplesError {
@@ -95,9 +98,16 @@ pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
             bad.column_path()
         )));
     }
-    let reader = builder.build().map_err(|e| err(e.to_string()))?;
+    let mut reader = builder.build().map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
-    for batch in reader {
+    // parquet's decoder panics on some malformed pages (a dictionary-encoded page in a chunk without a
+    // dictionary page); that is this file's error, not the process's end.
+    loop {
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
+            .map_err(|_| err(MALFORMED_PAGE.to_owned()))?;
+        let Some(batch) = next else {
+            break;
+        };
         let batch = batch.map_err(|e| err(e.to_string()))?;
         let u32c = |column: SampleColumn| {
             let name = column.name();

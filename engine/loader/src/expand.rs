@@ -689,9 +689,9 @@ impl<'l, 'o> Expander<'l, 'o> {
     }
 }
 
-/// The files `pattern` (relative to `root`; globs allowed) names, sorted: the expander's lookup, and what a
-/// remembered load repeats to know that it still holds.
-/// The files an `inputs:` pattern names under `root` (canonical), each of them inside it.
+/// The files `pattern` (relative to `root`, which is canonical; globs allowed) names, sorted, each of them
+/// inside `root` once symlinks are followed: the expander's lookup, and what a remembered load repeats to know
+/// that it still holds.
 pub(crate) fn look_up_inputs(root: &Path, pattern: &str) -> Result<Vec<PathBuf>, InputProblem> {
     let files = find_files(root, pattern)?;
     if files
