@@ -131,7 +131,11 @@ impl CanonicalJson {
     fn string(&mut self, text: &str) {
         self.0.push('"');
         let mut rest = text;
-        while let Some(at) = rest.find(|c: char| c < ' ' || c == '"' || c == '\\') {
+        // Bytes, not chars: everything escaped is ASCII, and no byte of a multi-byte character is below 0x80.
+        while let Some(at) = rest
+            .bytes()
+            .position(|b| b < b' ' || b == b'"' || b == b'\\')
+        {
             self.0.push_str(&rest[..at]);
             let byte = rest.as_bytes()[at];
             match byte {
