@@ -231,25 +231,8 @@ impl SamplesFile {
             ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| {
                 AggregateError::samples(path, format!("not a readable Parquet file: {e}"))
             })?;
-        // parquet's page reader asserts (panics) on a column chunk whose footer gives a negative offset or
-        // size; such a file is refused here instead.
-        if let Some(bad) = metadata
-            .metadata()
-            .row_groups()
-            .iter()
-            .flat_map(|group| group.columns())
-            .find(|c| {
-                c.dictionary_page_offset().unwrap_or(c.data_page_offset()) < 0
-                    || c.compressed_size() < 0
-            })
-        {
-            return Err(AggregateError::samples(
-                path,
-                format!(
-                    "column {} has a negative offset or size in the footer",
-                    bad.column_path()
-                ),
-            ));
+        if let Some(problem) = fracflow_record::samples::footer_problem(metadata.metadata()) {
+            return Err(AggregateError::samples(path, problem));
         }
         let mut needed = vec![
             SampleColumn::Thread,
@@ -343,18 +326,9 @@ impl SamplesFile {
                 .with_batch_size(BATCH_ROWS)
                 .build()
                 .map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
-        // parquet's decoder panics on some malformed pages (a dictionary-encoded page in a chunk without a
-        // dictionary page); that is this file's error, not the run's end.
-        loop {
-            let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
-                .map_err(|_| {
-                    self.error(format!(
-                        "row group {row_group}: a malformed page the Parquet decoder cannot read"
-                    ))
-                })?;
-            let Some(batch) = next else {
-                break;
-            };
+        while let Some(batch) = fracflow_record::samples::next_batch(&mut reader)
+            .map_err(|why| self.error(format!("row group {row_group}: {why}")))?
+        {
             let batch = batch.map_err(|e| self.error(format!("row group {row_group}: {e}")))?;
             let u32s = |column: SampleColumn, on: bool| {
                 on.then(|| self.u32_column(&batch, column)).transpose()

@@ -70,9 +70,6 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
     Ok(())
 }
 
-/// What a panic of parquet's page decoder is reported as.
-const MALFORMED_PAGE: &str = "a malformed page the Parquet decoder cannot read";
-
 /// Reads a samples file back.
 pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
     let err = |why: String| SamplesError {
@@ -81,33 +78,14 @@ pub fn read_samples_parquet(path: &Path) -> Result<Vec<Sample>, SamplesError> {
     };
     let file = File::open(path).map_err(|e| err(e.to_string()))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| err(e.to_string()))?;
-    // parquet's page reader asserts (panics) on a column chunk whose footer gives a negative offset or size;
-    // such a file is refused here instead.
-    if let Some(bad) = builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .flat_map(|group| group.columns())
-        .find(|c| {
-            c.dictionary_page_offset().unwrap_or(c.data_page_offset()) < 0
-                || c.compressed_size() < 0
-        })
-    {
-        return Err(err(format!(
-            "column {} has a negative offset or size in the footer",
-            bad.column_path()
-        )));
+    if let Some(problem) = fracflow_record::samples::footer_problem(builder.metadata()) {
+        return Err(err(problem));
     }
     let mut reader = builder.build().map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
-    // parquet's decoder panics on some malformed pages (a dictionary-encoded page in a chunk without a
-    // dictionary page); that is this file's error, not the process's end.
-    loop {
-        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
-            .map_err(|_| err(MALFORMED_PAGE.to_owned()))?;
-        let Some(batch) = next else {
-            break;
-        };
+    while let Some(batch) =
+        fracflow_record::samples::next_batch(&mut reader).map_err(|why| err(why.to_owned()))?
+    {
         let batch = batch.map_err(|e| err(e.to_string()))?;
         let u32c = |column: SampleColumn| {
             let name = column.name();

@@ -109,6 +109,43 @@ mod arrow {
 #[cfg(feature = "arrow")]
 pub use arrow::samples_schema;
 
+/// What every reader of a samples file guards parquet with: a file from anywhere (a copied result, a peer's
+/// bundle) must be refused with an error, and parquet 60 panics on some malformed ones.
+#[cfg(feature = "parquet")]
+mod guard {
+    use parquet::file::metadata::ParquetMetaData;
+
+    /// What a panic of parquet's page decoder is reported as.
+    pub const MALFORMED_PAGE: &str = "a malformed page the Parquet decoder cannot read";
+
+    /// Why the footer cannot be read safely: parquet's page reader asserts (panics) on a column chunk whose
+    /// footer gives a negative offset or size.
+    pub fn footer_problem(metadata: &ParquetMetaData) -> Option<String> {
+        let bad = metadata
+            .row_groups()
+            .iter()
+            .flat_map(|group| group.columns())
+            .find(|c| {
+                c.dictionary_page_offset().unwrap_or(c.data_page_offset()) < 0
+                    || c.compressed_size() < 0
+            })?;
+        Some(format!(
+            "column {} has a negative offset or size in the footer",
+            bad.column_path()
+        ))
+    }
+
+    /// The reader's next batch, with a panic of parquet's decoder (a dictionary-encoded page in a chunk without
+    /// a dictionary page) turned into [`MALFORMED_PAGE`]: that is the file's error, not the process's end.
+    pub fn next_batch<T>(reader: &mut impl Iterator<Item = T>) -> Result<Option<T>, &'static str> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
+            .map_err(|_| MALFORMED_PAGE)
+    }
+}
+
+#[cfg(feature = "parquet")]
+pub use guard::{MALFORMED_PAGE, footer_problem, next_batch};
+
 #[cfg(test)]
 mod tests {
     use super::*;
