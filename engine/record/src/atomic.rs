@@ -1,8 +1,19 @@
-//! Publishing a file so that a kill at any instant leaves the old content or the new, never a torn file.
+//! The narrow layer through which the cache and the run journal change files, and the atomic publish built on
+//! it.
+//!
+//! Every create, write, sync, rename, link and removal the cache (`core::cache`, its hit index) and a run's
+//! directory (`core::run`: manifest, event journal, views, `latest`) make is a call on a [`Files`] handle. In a
+//! run that is the real filesystem ([`Files::real`]); a test hands in its own [`FileOps`] that records each
+//! operation, and replays every on-disk state that power loss could leave behind at each point of a workload
+//! (`engine/core/tests/crash.rs`). The durability each commit point relies on is therefore stated once, as the
+//! [`Publish`] level it asks for, and checked against that model.
 
+use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -24,54 +35,278 @@ pub fn unique_suffix() -> String {
     format!("{}.{token:016x}.{serial}", std::process::id())
 }
 
-/// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs the directory:
-/// atomic against kills and durable across power loss.
-pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    replace(path, bytes, true)
+/// The file operations that change state. Reads (open, stat, list) go to `std::fs` directly: they change
+/// nothing that power loss could undo.
+///
+/// Paths are whole paths; nothing here is synced unless a `sync_*` call says so, which is the point: which
+/// syncs a commit point makes is visible in its code and recorded by a test's implementation.
+pub trait FileOps: Send + Sync + fmt::Debug {
+    /// Creates `path`, which must not exist, for writing.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn Write + Send>>;
+    /// Opens `path` for appending, creating it when it is missing.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Makes the data and size of the file at `path` durable (not its name: see [`FileOps::sync_dir`]).
+    fn sync_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the names created, renamed or removed in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()>;
+    fn symlink(&self, target: &Path, link: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Makes the file read-only for everyone (a published blob).
+    fn set_readonly(&self, path: &Path) -> io::Result<()>;
+    fn set_modified(&self, path: &Path, when: SystemTime) -> io::Result<()>;
 }
 
-/// Like [`atomic_write`] but without the fsyncs: atomic against kills (a reader sees the old or the new
-/// content), not durable across power loss. For views that are rewritten often and rebuilt from durable state.
-pub fn atomic_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    replace(path, bytes, false)
+/// A file open for appending (a journal), as [`FileOps::open_append`] gives it.
+pub trait AppendFile: Send + fmt::Debug {
+    /// Appends `bytes` in one write.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes what was appended durable.
+    fn sync(&mut self) -> io::Result<()>;
 }
 
-fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} has no file name", path.display()),
-        )
-    })?;
-    // Unique per call and per machine: two threads or two engines sharing the directory may publish the same
-    // content-addressed file at once. `create_new`: should a name ever repeat, the write fails instead of
-    // sharing a temporary with another writer.
-    let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".{}.part", unique_suffix()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut file = File::options().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        if durable {
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, path)?;
-        if durable { fsync_dir(dir) } else { Ok(()) }
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+impl AppendFile for File {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)
     }
-    result
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_all()
+    }
+}
+
+/// The operating system's filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealFiles;
+
+impl FileOps for RealFiles {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn Write + Send>> {
+        Ok(Box::new(
+            File::options().write(true).create_new(true).open(path)?,
+        ))
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(
+            File::options().create(true).append(true).open(path)?,
+        ))
+    }
+
+    fn sync_file(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir(dir)
+    }
+
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        fs::hard_link(original, link)
+    }
+
+    fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
+        std::os::unix::fs::symlink(target, link)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::remove_dir(dir)
+    }
+
+    fn set_readonly(&self, path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o444))
+    }
+
+    fn set_modified(&self, path: &Path, when: SystemTime) -> io::Result<()> {
+        File::options().append(true).open(path)?.set_modified(when)
+    }
+}
+
+/// How far a published file survives power loss. Against a kill every level is the same: a reader sees the
+/// old file or the new one, never a torn one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// Data synced, renamed into place, directory synced: once the call returns, power loss keeps it.
+    Durable,
+    /// Data synced and renamed, the directory not synced: power loss may bring back the old file (or none), but
+    /// never leaves the name holding a torn or empty one.
+    Whole,
+    /// Renamed only: power loss may leave the name holding a torn or empty file. Only for copies rebuilt from
+    /// durable state whose readers take anything unreadable as absent.
+    Unsynced,
+}
+
+/// A handle on a [`FileOps`]: the primitives, and the compound operations the cache and runs are made of.
+#[derive(Debug, Clone)]
+pub struct Files(Arc<dyn FileOps>);
+
+impl Default for Files {
+    fn default() -> Files {
+        Files::real()
+    }
+}
+
+impl std::ops::Deref for Files {
+    type Target = dyn FileOps;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl Files {
+    pub fn real() -> Files {
+        static REAL: std::sync::OnceLock<Files> = std::sync::OnceLock::new();
+        REAL.get_or_init(|| Files(Arc::new(RealFiles))).clone()
+    }
+
+    pub fn new(ops: Arc<dyn FileOps>) -> Files {
+        Files(ops)
+    }
+
+    /// Creates `path` (which must not exist) holding `bytes`; nothing synced.
+    pub fn write_new(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut file = self.create_new(path)?;
+        file.write_all(bytes)?;
+        file.flush()
+    }
+
+    /// Creates `to` (which must not exist) holding what `from` holds; nothing synced.
+    pub fn copy_new(&self, from: &Path, to: &Path) -> io::Result<u64> {
+        let mut file = self.create_new(to)?;
+        let copied = io::copy(&mut File::open(from)?, &mut file)?;
+        file.flush()?;
+        Ok(copied)
+    }
+
+    /// `mkdir -p`: the missing directories from the top down.
+    pub fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        if dir.as_os_str().is_empty() || dir.is_dir() {
+            return Ok(());
+        }
+        if let Some(parent) = dir.parent() {
+            self.create_dir_all(parent)?;
+        }
+        match self.create_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// `mkdir -p` whose new directories survive power loss: each one's name is synced into its parent. For the
+    /// fixed directories that durable files are published into (a directory lost to power loss takes its
+    /// synced files with it).
+    pub fn create_dir_all_durable(&self, dir: &Path) -> io::Result<()> {
+        if dir.as_os_str().is_empty() || dir.is_dir() {
+            return Ok(());
+        }
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(parent) = parent {
+            self.create_dir_all_durable(parent)?;
+        }
+        match self.create_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+            other => other?,
+        }
+        self.sync_dir(parent.unwrap_or(Path::new(".")))
+    }
+
+    /// Removes `dir` and everything under it, files first; what another remover took meanwhile is no error.
+    pub fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let listing = match fs::read_dir(dir) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for item in listing {
+            let item = item?;
+            let path = item.path();
+            if item.file_type()?.is_dir() {
+                self.remove_dir_all(&path)?;
+            } else {
+                not_found_is_ok(self.remove_file(&path))?;
+            }
+        }
+        not_found_is_ok(self.remove_dir(dir))
+    }
+
+    /// Publishes `bytes` at `path` through a temporary beside it and a rename, synced as `how` says.
+    pub fn publish(&self, path: &Path, bytes: &[u8], how: Publish) -> io::Result<()> {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if how == Publish::Durable {
+            self.create_dir_all_durable(dir)?;
+        } else {
+            self.create_dir_all(dir)?;
+        }
+        let name = path.file_name().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} has no file name", path.display()),
+            )
+        })?;
+        // Unique per call and per machine: two threads or two engines sharing the directory may publish the
+        // same content-addressed file at once. Created exclusively: should a name ever repeat, the write fails
+        // instead of sharing a temporary with another writer.
+        let mut tmp_name = name.to_os_string();
+        tmp_name.push(format!(".{}.part", unique_suffix()));
+        let tmp = dir.join(tmp_name);
+        let result = (|| {
+            self.write_new(&tmp, bytes)?;
+            if how != Publish::Unsynced {
+                self.sync_file(&tmp)?;
+            }
+            self.rename(&tmp, path)?;
+            if how == Publish::Durable {
+                self.sync_dir(dir)?;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = self.remove_file(&tmp);
+        }
+        result
+    }
+}
+
+fn not_found_is_ok(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Publishes `bytes` at `path` on the real filesystem, [`Publish::Durable`]: atomic against kills and durable
+/// across power loss.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    Files::real().publish(path, bytes, Publish::Durable)
+}
+
+/// Publishes `bytes` at `path` on the real filesystem without syncing ([`Publish::Unsynced`]): atomic against
+/// kills, not across power loss. For views that are rewritten often and rebuilt from durable state.
+pub fn atomic_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    Files::real().publish(path, bytes, Publish::Unsynced)
 }
 
 /// Makes a rename or create inside `dir` durable across power loss.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    RealFiles.sync_dir(dir)
 }
 
 #[cfg(test)]
@@ -87,6 +322,25 @@ mod tests {
         assert_eq!(fs::read(&path)?, b"two");
         let names: Vec<_> = fs::read_dir(dir.path())?.collect::<Result<_, _>>()?;
         assert_eq!(names.len(), 1, "only the published file remains");
+        Ok(())
+    }
+
+    #[test]
+    fn directories_are_made_and_removed_whole() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let files = Files::real();
+        let deep = dir.path().join("a/b/c");
+        files.create_dir_all(&deep)?;
+        files.create_dir_all(&deep)?;
+        files.write_new(&deep.join("f"), b"x")?;
+        files.copy_new(&deep.join("f"), &dir.path().join("a/g"))?;
+        assert!(
+            files.write_new(&deep.join("f"), b"y").is_err(),
+            "never overwrites"
+        );
+        files.remove_dir_all(&dir.path().join("a"))?;
+        assert!(!dir.path().join("a").exists());
+        files.remove_dir_all(&dir.path().join("a"))?;
         Ok(())
     }
 }

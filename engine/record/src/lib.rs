@@ -1,6 +1,6 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
 //! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema, command
-//! metrics), and the atomic write they share.
+//! metrics), and the narrow layer of file operations with the atomic publish they share.
 
 pub mod atomic;
 pub mod event;
@@ -12,7 +12,10 @@ pub mod read;
 pub mod samples;
 pub mod table;
 
-pub use atomic::{atomic_replace, atomic_write, fsync_dir, unique_suffix};
+pub use atomic::{
+    AppendFile, FileOps, Files, Publish, RealFiles, atomic_replace, atomic_write, fsync_dir,
+    unique_suffix,
+};
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 pub use measure::{
