@@ -14,10 +14,10 @@
 //! blob's content is its name, and either entry is complete. The per-key lock keeps that from happening in
 //! the first place; `gc` deletes nothing while any run holds the cache's in-use lock.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
 use crate::statcache::hash_file;
-use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
+use fracflow_record::{FORMAT_VERSION, Files, Publish, unique_suffix};
 
 /// Staging directories and `*.part` files older than this are left over from killed runs. Staging is normally
 /// judged by its owner's lock (see [`Cache::remove_dead_staging`]) and `gc` runs only while no engine holds the
@@ -89,6 +89,17 @@ impl CacheEntry {
     }
 }
 
+/// A node's result between [`Cache::stage`] and [`Cache::commit`]: its entry (without the log blob, stored at
+/// commit) and the private staged file of each output, which dependents read until the commit names it.
+#[derive(Debug)]
+pub struct Staged {
+    pub entry: CacheEntry,
+    /// Output name → the staged file holding it.
+    pub files: BTreeMap<String, PathBuf>,
+    /// The node's log, stored as a blob by the commit.
+    log: Option<PathBuf>,
+}
+
 /// How stale an entry's mtime may be before a hit renews it.
 pub const TOUCH_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -144,6 +155,8 @@ pub struct Cache {
     index: Arc<HitIndex>,
     /// Asked on a local miss, fed with what is built here (see `remote`).
     remote: Option<Arc<RemoteTier>>,
+    /// Every change to the cache's files goes through here (see `fracflow_record::atomic`).
+    files: Files,
 }
 
 /// The largest entry a remote may send (local entries are a few KiB).
@@ -196,14 +209,25 @@ fn split(hash: &str) -> (&str, &str) {
 
 impl Cache {
     pub fn open(root: &Path) -> io::Result<Cache> {
+        Cache::open_with(root, Files::real())
+    }
+
+    /// The cache at `root`, changing its files through `files` (a test's recording layer).
+    pub fn open_with(root: &Path, files: Files) -> io::Result<Cache> {
         for sub in ["blobs", "entries", "nodes", "tmp", "locks"] {
-            fs::create_dir_all(root.join(sub))?;
+            files.create_dir_all_durable(&root.join(sub))?;
         }
         Ok(Cache {
             root: root.to_owned(),
             index: Arc::new(HitIndex::new(root)),
             remote: None,
+            files,
         })
+    }
+
+    /// The file layer this cache changes its files through.
+    pub fn files(&self) -> &Files {
+        &self.files
     }
 
     /// This cache with a remote tier behind it.
@@ -267,13 +291,13 @@ impl Cache {
             .take(40)
             .collect();
         let tmp = self.root.join("tmp");
-        fs::create_dir_all(&tmp)?;
+        self.files.create_dir_all(&tmp)?;
         let owner = StagingOwner::of(&tmp)?;
         let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
         let dir = tmp.join(format!("{owner}.{safe}-{}", &nonce[..16]));
         // `create_dir`, not `create_dir_all`: should the name ever repeat, this fails instead of sharing a
         // directory with another engine.
-        fs::create_dir(&dir)?;
+        self.files.create_dir(&dir)?;
         Ok(dir)
     }
 
@@ -312,23 +336,23 @@ impl Cache {
             };
             for path in paths.iter().filter(|p| **p != lock_path) {
                 if path.is_dir() {
-                    remove_all(path)?;
+                    self.files.remove_dir_all(path)?;
                     removed += 1;
                 } else {
                     // The lock file of an owner killed while announcing itself (`.lock.new`).
-                    remove_file(path)?;
+                    self.remove_file(path)?;
                 }
             }
             // Last, and while still holding its lock, so a half-done removal is finished by the next one.
-            remove_file(&lock_path)?;
+            self.remove_file(&lock_path)?;
         }
         for path in unowned {
             if is_older_than(&path, STALE_STAGING) {
                 if path.is_dir() {
-                    remove_all(&path)?;
+                    self.files.remove_dir_all(&path)?;
                     removed += 1;
                 } else {
-                    remove_file(&path)?;
+                    self.remove_file(&path)?;
                 }
             }
         }
@@ -464,7 +488,15 @@ impl Cache {
             }
         }
         if fetch {
-            if let Err(error) = self.keep_remote_entry(&entry, &bytes) {
+            // The blobs' names are durable before the entry that names them.
+            let dirs = entry
+                .outputs
+                .values()
+                .chain(entry.log.as_ref())
+                .map(|b| self.blob_dir(&b.hash))
+                .collect();
+            let stored = self.sync_dirs(vec![(true, dirs)]).pop().unwrap_or(Ok(()));
+            if let Err(error) = stored.and_then(|()| self.keep_remote_entry(&entry, &bytes)) {
                 unusable(&format!("storing its entry here failed: {error}"));
                 return None;
             }
@@ -481,16 +513,12 @@ impl Cache {
         let target = self.blob_path(&blob.hash);
         let dir = target.parent().unwrap_or(&self.root).to_owned();
         let local = |e: io::Error| BlobFetch::Unusable(format!("writing a blob here failed: {e}"));
-        fs::create_dir_all(&dir).map_err(local)?;
+        self.files.create_dir_all_durable(&dir).map_err(local)?;
         let staged = dir.join(format!(".{}.{}.part", &blob.hash[..16], unique_suffix()));
         let result = (|| {
-            let mut file = fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&staged)
-                .map_err(local)?;
+            let mut file = self.files.create_new(&staged).map_err(local)?;
             let mut hashing = HashingWriter {
-                file: &mut file,
+                file: &mut *file,
                 hasher: blake3::Hasher::new(),
             };
             match store.get_into(&remote::blob_object(&blob.hash), &mut hashing, blob.size) {
@@ -506,12 +534,14 @@ impl Cache {
                     &actual[..12]
                 )));
             }
-            file.sync_all().map_err(local)?;
-            fs::set_permissions(&staged, fs::Permissions::from_mode(0o444)).map_err(local)?;
-            fs::rename(&staged, &target).map_err(local)
+            io::Write::flush(&mut file).map_err(local)?;
+            drop(file);
+            self.files.sync_file(&staged).map_err(local)?;
+            self.files.set_readonly(&staged).map_err(local)?;
+            self.files.rename(&staged, &target).map_err(local)
         })();
         if result.is_err() {
-            let _ = fs::remove_file(&staged);
+            let _ = self.files.remove_file(&staged);
         }
         result
     }
@@ -519,7 +549,7 @@ impl Cache {
     /// Stores a remote entry (whose blobs are all here now) as a local one, with its node's pointer.
     fn keep_remote_entry(&self, entry: &CacheEntry, bytes: &[u8]) -> io::Result<()> {
         let entry_path = self.entry_path(&entry.key);
-        atomic_write(&entry_path, bytes)?;
+        self.files.publish(&entry_path, bytes, Publish::Durable)?;
         if let Ok(metadata) = fs::metadata(&entry_path) {
             self.index.insert(EntryIdentity::of(&metadata), entry.hit());
         }
@@ -559,82 +589,36 @@ impl Cache {
 
     /// Writes the hit index if this process changed it (best effort: the index only saves time).
     pub fn save_index(&self) {
-        let _ = self.index.save();
+        let _ = self.index.save(&self.files);
     }
 
-    /// Moves a file into the blob store (by rename when possible) and returns its reference.
-    pub fn store_blob(&self, file: &Path) -> io::Result<BlobRef> {
-        let hash = hash_file(file)?;
-        let size = fs::metadata(file)?.len();
-        let target = self.blob_path(&hash);
-        if !target.is_file() {
-            let dir = target.parent().unwrap_or(&self.root).to_owned();
-            fs::create_dir_all(&dir)?;
-            // Unique per call and machine, created exclusively: two nodes or two engines may store the same
-            // content at the same moment, and one writer truncating the other's temporary would publish a torn
-            // blob.
-            let staged = dir.join(format!(".{}.{}.part", &hash[..16], unique_suffix()));
-            let mut copy = fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&staged)?;
-            io::copy(&mut fs::File::open(file)?, &mut copy)?;
-            copy.sync_all()?;
-            drop(copy);
-            fs::set_permissions(&staged, fs::Permissions::from_mode(0o444))?;
-            // No directory fsync: if power loss undoes this rename, the entry that names the blob is
-            // incomplete and `get` treats it as a miss, so the node simply runs again. Another writer may have
-            // renamed the same content here meanwhile: replacing it is harmless, readers keep whole files.
-            fs::rename(&staged, &target)?;
-        }
-        Ok(BlobRef { hash, size })
-    }
-
-    /// Moves a node's staged output into the blob store: by rename when it is a plain file with no other name
-    /// (no copy, and no new inode, which is most of what a small node costs the filesystem), else by copy as
-    /// [`Cache::store_blob`]. A symlink or a hard link may name a file outside the staging directory, whose
-    /// permissions and name must not change.
-    fn store_staged(&self, file: &Path) -> io::Result<BlobRef> {
-        let metadata = fs::symlink_metadata(file)?;
-        if !metadata.file_type().is_file() || metadata.nlink() != 1 {
-            return self.store_blob(file);
-        }
-        let hash = hash_file(file)?;
-        let size = metadata.len();
-        let target = self.blob_path(&hash);
-        if target.is_file() {
-            // Stored already; the staged copy goes with its staging directory.
-            return Ok(BlobRef { hash, size });
-        }
-        fs::create_dir_all(target.parent().unwrap_or(&self.root))?;
-        // The node wrote it without fsync: made durable before it gets its content's name.
-        fs::File::open(file)?.sync_all()?;
-        fs::set_permissions(file, fs::Permissions::from_mode(0o444))?;
-        // As in `store_blob`, no directory fsync: a rename that power loss undoes makes the entry incomplete.
-        match fs::rename(file, &target) {
-            Ok(()) => Ok(BlobRef { hash, size }),
-            // Staging on another filesystem than the blobs (a cache directory made of mounts).
-            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => self.store_blob(file),
-            Err(e) => Err(e),
+    /// Removes a file another remover may have taken first.
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        match self.files.remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
         }
     }
 
-    /// Publishes a node's result: blobs first, then the entry (the commit point), then the node pointer.
+    /// Takes in a node's result without committing it: every declared output becomes a private file in the
+    /// staging directory (a symlink, or a file with a second name that may be a user's file elsewhere, is
+    /// copied; a plain file stays where the node wrote it) and is hashed. Nothing is synced and nothing is
+    /// visible in the cache until [`Cache::commit`]; dependents can read the staged files meanwhile.
     #[allow(clippy::too_many_arguments)]
-    pub fn put(
+    pub fn stage(
         &self,
         node: &str,
         fingerprint: &Fingerprint,
-        staged: &Path,
+        staging: &Path,
         outputs: &[String],
         metrics: BTreeMap<String, serde_json::Value>,
         log: Option<&Path>,
         seconds: f64,
         created: String,
-    ) -> io::Result<CacheEntry> {
-        let mut stored = BTreeMap::new();
+    ) -> io::Result<Staged> {
+        let mut produced: Vec<(String, PathBuf)> = Vec::new();
         for name in outputs {
-            let path = staged.join(name);
+            let path = staging.join(name);
             // `dir/` declares a directory output: every file under it is stored by its relative name.
             if name.ends_with('/') {
                 if !path.is_dir() {
@@ -645,11 +629,11 @@ impl Cache {
                 }
                 for file in files_under(&path)? {
                     let relative = file
-                        .strip_prefix(staged)
+                        .strip_prefix(staging)
                         .unwrap_or(&file)
                         .to_string_lossy()
                         .into_owned();
-                    stored.insert(relative, self.store_staged(&file)?);
+                    produced.push((relative, file));
                 }
                 continue;
             }
@@ -659,37 +643,280 @@ impl Cache {
                     format!("declared output `{name}` was not produced"),
                 ));
             }
-            stored.insert(name.clone(), self.store_staged(&path)?);
+            produced.push((name.clone(), path));
         }
-        let log = match log {
-            Some(path) if fs::metadata(path).is_ok_and(|m| m.len() > 0) => {
-                Some(self.store_blob(path)?)
-            }
-            _ => None,
-        };
-        let key = fingerprint.key();
+        let mut files = BTreeMap::new();
+        let mut stored = BTreeMap::new();
+        for (copies, (name, path)) in produced.into_iter().enumerate() {
+            let private = self.private_file(staging, &path, copies)?;
+            let blob = BlobRef {
+                hash: hash_file(&private)?,
+                size: fs::metadata(&private)?.len(),
+            };
+            stored.insert(name.clone(), blob);
+            files.insert(name, private);
+        }
         let entry = CacheEntry {
             format_version: FORMAT_VERSION,
-            key: key.clone(),
+            key: fingerprint.key(),
             node: node.to_owned(),
             fingerprint: fingerprint.clone(),
             output_hash: output_hash(&stored, &metrics),
             outputs: stored,
             metrics,
-            log,
+            log: None,
             seconds,
             created,
         };
-        let bytes = serde_json::to_vec_pretty(&entry).map_err(io::Error::other)?;
-        // If another engine published this key meanwhile (its lock was local to its machine, or `--rerun`),
-        // this replaces a complete entry with another complete one.
-        let entry_path = self.entry_path(&key);
-        atomic_write(&entry_path, &bytes)?;
-        if let Ok(metadata) = fs::metadata(&entry_path) {
-            self.index.insert(EntryIdentity::of(&metadata), entry.hit());
+        Ok(Staged {
+            entry,
+            files,
+            log: log
+                .filter(|path| fs::metadata(path).is_ok_and(|m| m.len() > 0))
+                .map(Path::to_owned),
+        })
+    }
+
+    /// A file that only the cache will ever touch holding what `path` holds: `path` itself when it is a plain
+    /// file with no other name, else a copy beside it in the staging directory. A hard link may be a user's
+    /// file elsewhere, whose permissions and name must not change when the blob is made read-only and moved.
+    fn private_file(&self, staging: &Path, path: &Path, serial: usize) -> io::Result<PathBuf> {
+        let metadata = fs::symlink_metadata(path)?;
+        if metadata.file_type().is_file() && metadata.nlink() == 1 {
+            return Ok(path.to_owned());
         }
-        self.record_pointer(node, &key, seconds)?;
-        Ok(entry)
+        let copies = staging.join(".fracflow-copies");
+        self.files.create_dir_all(&copies)?;
+        let copy = copies.join(serial.to_string());
+        self.files.copy_new(path, &copy)?;
+        Ok(copy)
+    }
+
+    /// Publishes a batch of staged results in one group commit, and returns each one's entry or error.
+    ///
+    /// The order is what makes power loss safe (`engine/core/tests/crash`): each new blob's data is synced
+    /// before it gets its content's name (renamed from staging, or a copy for the log), then every blob
+    /// directory the batch names is synced, so the blob names are durable before any entry that names them;
+    /// then each entry is written to a temporary, synced, renamed into place (the commit point) and its
+    /// directory synced. Syncing a batch together costs one round of syncs for all its nodes instead of one
+    /// per node. A failure fails the entries it concerns; the others are committed.
+    pub fn commit(&self, batch: Vec<Staged>) -> Vec<io::Result<CacheEntry>> {
+        let mut items: Vec<(Staged, io::Result<()>)> =
+            batch.into_iter().map(|staged| (staged, Ok(()))).collect();
+        // Blob data, synced where it is; the renames that name it come after every sync.
+        let mut renames: Vec<(usize, PathBuf, PathBuf)> = Vec::new();
+        for (i, (staged, state)) in items.iter_mut().enumerate() {
+            *state = self.blob_data(staged, &mut |from, to| renames.push((i, from, to)));
+        }
+        for (i, from, to) in renames {
+            let state = &mut items[i].1;
+            if state.is_ok() {
+                *state = self.name_blob(&from, &to);
+            }
+        }
+        let blob_dirs = items.iter().map(|(staged, state)| {
+            let blobs = staged
+                .entry
+                .outputs
+                .values()
+                .chain(staged.entry.log.as_ref());
+            (
+                state.is_ok(),
+                blobs.map(|b| self.blob_dir(&b.hash)).collect(),
+            )
+        });
+        let synced = self.sync_dirs(blob_dirs.collect());
+        // Entries: data synced under a temporary name, renamed into place, then their directories synced.
+        let mut temporaries: Vec<Option<PathBuf>> = Vec::with_capacity(items.len());
+        for ((staged, state), blobs_durable) in items.iter_mut().zip(synced) {
+            let mut tmp = None;
+            if state.is_ok() {
+                match blobs_durable.and_then(|()| self.entry_data(&staged.entry)) {
+                    Ok(path) => tmp = Some(path),
+                    Err(e) => *state = Err(e),
+                }
+            }
+            temporaries.push(tmp);
+        }
+        for ((staged, state), tmp) in items.iter_mut().zip(&temporaries) {
+            if let (Ok(()), Some(tmp)) = (&state, tmp) {
+                *state = self.files.rename(tmp, &self.entry_path(&staged.entry.key));
+            }
+        }
+        let entry_dirs = items.iter().map(|(staged, state)| {
+            let dir = self.entry_path(&staged.entry.key);
+            (
+                state.is_ok(),
+                dir.parent().map(Path::to_owned).into_iter().collect(),
+            )
+        });
+        let synced = self.sync_dirs(entry_dirs.collect());
+        items
+            .into_iter()
+            .zip(synced)
+            .zip(temporaries)
+            .map(|(((staged, state), durable), tmp)| {
+                if let (Err(_), Some(tmp)) = (&state, &tmp) {
+                    let _ = self.files.remove_file(tmp);
+                }
+                state.and(durable)?;
+                let entry = staged.entry;
+                let entry_path = self.entry_path(&entry.key);
+                if let Ok(metadata) = fs::metadata(&entry_path) {
+                    self.index.insert(EntryIdentity::of(&metadata), entry.hit());
+                }
+                self.record_pointer(&entry.node, &entry.key, entry.seconds)?;
+                Ok(entry)
+            })
+            .collect()
+    }
+
+    /// Publishes a node's result at once: [`Cache::stage`], then [`Cache::commit`] of it alone. The staging
+    /// directory is left to the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put(
+        &self,
+        node: &str,
+        fingerprint: &Fingerprint,
+        staging: &Path,
+        outputs: &[String],
+        metrics: BTreeMap<String, serde_json::Value>,
+        log: Option<&Path>,
+        seconds: f64,
+        created: String,
+    ) -> io::Result<CacheEntry> {
+        let staged = self.stage(
+            node,
+            fingerprint,
+            staging,
+            outputs,
+            metrics,
+            log,
+            seconds,
+            created,
+        )?;
+        self.commit(vec![staged])
+            .pop()
+            .unwrap_or_else(|| Err(io::Error::other("a commit of one entry returned none")))
+    }
+
+    fn blob_dir(&self, hash: &str) -> PathBuf {
+        let (head, _) = split(hash);
+        self.root.join("blobs").join(head)
+    }
+
+    /// Syncs the data of each of `staged`'s blobs the store lacks (the log as a copy beside its blob, since the
+    /// run directory keeps the original), and hands `rename` what to move where once all are synced.
+    fn blob_data(
+        &self,
+        staged: &mut Staged,
+        rename: &mut dyn FnMut(PathBuf, PathBuf),
+    ) -> io::Result<()> {
+        for (name, blob) in &staged.entry.outputs {
+            let target = self.blob_path(&blob.hash);
+            if target.is_file() {
+                // Stored already; the staged copy goes with its staging directory.
+                continue;
+            }
+            let file = staged
+                .files
+                .get(name)
+                .ok_or_else(|| io::Error::other(format!("output `{name}` has no staged file")))?;
+            self.files
+                .create_dir_all_durable(&self.blob_dir(&blob.hash))?;
+            self.files.sync_file(file)?;
+            self.files.set_readonly(file)?;
+            rename(file.clone(), target);
+        }
+        if let Some(log) = &staged.log {
+            let blob = BlobRef {
+                hash: hash_file(log)?,
+                size: fs::metadata(log)?.len(),
+            };
+            let target = self.blob_path(&blob.hash);
+            if !target.is_file() {
+                let copy = self.blob_temporary(&blob.hash)?;
+                self.files.copy_new(log, &copy)?;
+                self.files.sync_file(&copy)?;
+                self.files.set_readonly(&copy)?;
+                rename(copy, target);
+            }
+            staged.entry.log = Some(blob);
+        }
+        Ok(())
+    }
+
+    /// A name for a blob's temporary in its directory: unique per call and machine, since two nodes or two
+    /// engines may store the same content at the same moment, and one writer truncating the other's temporary
+    /// would publish a torn blob.
+    fn blob_temporary(&self, hash: &str) -> io::Result<PathBuf> {
+        let dir = self.blob_dir(hash);
+        self.files.create_dir_all_durable(&dir)?;
+        Ok(dir.join(format!(
+            ".{}.{}.part",
+            &hash[..hash.len().min(16)],
+            unique_suffix()
+        )))
+    }
+
+    /// Gives a synced blob its content's name. Another writer may have done so meanwhile: replacing its file is
+    /// harmless, readers keep whole files. Staging on another filesystem than the blobs is copied over.
+    fn name_blob(&self, from: &Path, to: &Path) -> io::Result<()> {
+        match self.files.rename(from, to) {
+            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+                let hash = blob_name(to);
+                let copy = self.blob_temporary(&hash)?;
+                self.files.copy_new(from, &copy)?;
+                self.files.sync_file(&copy)?;
+                self.files.set_readonly(&copy)?;
+                self.files.rename(&copy, to)
+            }
+            other => other,
+        }
+    }
+
+    /// Writes an entry to a synced temporary beside its final name and returns the temporary.
+    fn entry_data(&self, entry: &CacheEntry) -> io::Result<PathBuf> {
+        let bytes = serde_json::to_vec_pretty(entry).map_err(io::Error::other)?;
+        let path = self.entry_path(&entry.key);
+        let dir = path.parent().unwrap_or(&self.root);
+        self.files.create_dir_all_durable(dir)?;
+        let tmp = dir.join(format!("{}.json.{}.part", entry.key, unique_suffix()));
+        let written = self
+            .files
+            .write_new(&tmp, &bytes)
+            .and_then(|()| self.files.sync_file(&tmp));
+        if let Err(e) = written {
+            let _ = self.files.remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(tmp)
+    }
+
+    /// Syncs each directory named by an item that is still going (`.0`) once, and returns per item whether
+    /// every directory it named was synced.
+    fn sync_dirs(&self, items: Vec<(bool, Vec<PathBuf>)>) -> Vec<io::Result<()>> {
+        let mut done: BTreeMap<PathBuf, Result<(), io::ErrorKind>> = BTreeMap::new();
+        items
+            .into_iter()
+            .map(|(going, dirs)| {
+                if !going {
+                    return Ok(());
+                }
+                for dir in dirs {
+                    let result = done
+                        .entry(dir.clone())
+                        .or_insert_with(|| self.files.sync_dir(&dir).map_err(|e| e.kind()));
+                    if let Err(kind) = result {
+                        return Err(io::Error::new(
+                            *kind,
+                            format!("syncing {} failed", dir.display()),
+                        ));
+                    }
+                }
+                Ok(())
+            })
+            .collect()
     }
 
     /// Points `node`'s pointer at `key` and adds a duration to its estimates.
@@ -703,7 +930,8 @@ impl Cache {
         pointer.durations.drain(..excess);
         // The pointer only serves `why` and estimates: replaced atomically, but not worth an fsync per node.
         let bytes = serde_json::to_vec(&pointer).map_err(io::Error::other)?;
-        atomic_replace(&self.pointer_path(node), &bytes)
+        self.files
+            .publish(&self.pointer_path(node), &bytes, Publish::Unsynced)
     }
 
     pub fn pointer(&self, node: &str) -> Option<NodePointer> {
@@ -820,9 +1048,9 @@ impl Cache {
 
     /// Sets an entry file's mtime to now (its last use, for `gc`).
     fn renew(&self, entry_file: &Path) {
-        if let Ok(file) = fs::File::options().append(true).open(entry_file) {
-            let _ = file.set_modified(std::time::SystemTime::now());
-        }
+        let _ = self
+            .files
+            .set_modified(entry_file, std::time::SystemTime::now());
     }
 
     /// Removes every entry that is neither in `keep` nor used (built or hit) within `used_within`, then the
@@ -832,6 +1060,7 @@ impl Cache {
         let mut report = GcReport::default();
         let mut live_blobs: HashSet<String> = HashSet::new();
         let mut kept: HashSet<String> = HashSet::new();
+        let mut emptied: BTreeSet<PathBuf> = BTreeSet::new();
         for path in self.entry_files()? {
             let entry = fs::read(&path)
                 .ok()
@@ -848,17 +1077,23 @@ impl Cache {
                     );
                 }
                 _ => {
-                    fs::remove_file(&path)?;
+                    self.files.remove_file(&path)?;
                     report.entries_removed += 1;
+                    emptied.extend(path.parent().map(Path::to_owned));
                 }
             }
+        }
+        // The entries' removal is durable before any blob goes: power loss must not bring back an entry whose
+        // blobs are gone.
+        for dir in &emptied {
+            self.files.sync_dir(dir)?;
         }
         for path in ["entries", "blobs", "nodes"]
             .iter()
             .flat_map(|d| files_under(&self.root.join(d)).unwrap_or_default())
         {
             if is_part(&path) && is_older_than(&path, STALE_STAGING) {
-                fs::remove_file(&path)?;
+                self.files.remove_file(&path)?;
             }
         }
         for path in files_under(&self.root.join("blobs"))?
@@ -867,7 +1102,7 @@ impl Cache {
         {
             if !live_blobs.contains(&blob_name(&path)) {
                 report.bytes_freed += fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                fs::remove_file(&path)?;
+                self.files.remove_file(&path)?;
                 report.blobs_removed += 1;
             }
         }
@@ -879,13 +1114,13 @@ impl Cache {
                 .ok()
                 .and_then(|b| serde_json::from_slice::<NodePointer>(&b).ok());
             if pointer.is_none_or(|p| !kept.contains(&p.latest_key)) {
-                fs::remove_file(&path)?;
+                self.files.remove_file(&path)?;
             }
         }
         // Staging of a run that is still going on must survive (its owner's lock says so).
         if report.entries_removed > 0 {
             // Its records of removed entries would only be misses; the next run writes it afresh.
-            let _ = fs::remove_file(self.index.path());
+            let _ = self.files.remove_file(self.index.path());
         }
         report.staging_removed = self.remove_dead_staging()?;
         report.locks_removed = keylock::remove_stale(&self.locks_dir())?;
@@ -1026,21 +1261,6 @@ fn is_older_than_or_gone(path: &Path, age: std::time::Duration) -> bool {
     !path.exists() || is_older_than(path, age)
 }
 
-/// `remove_dir_all` that accepts another sweep having removed it first.
-fn remove_all(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-fn remove_file(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
 fn is_older_than(path: &Path, age: std::time::Duration) -> bool {
     fs::metadata(path)
         .and_then(|m| m.modified())
@@ -1119,7 +1339,7 @@ fn remote_entry(key: &str, bytes: &[u8]) -> Result<CacheEntry, String> {
 
 /// Writes through to a file and hashes what it writes.
 struct HashingWriter<'a> {
-    file: &'a mut fs::File,
+    file: &'a mut (dyn io::Write + Send),
     hasher: blake3::Hasher,
 }
 
@@ -1138,6 +1358,8 @@ impl io::Write for HashingWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fracflow_record::atomic_write;
+    use std::os::unix::fs::PermissionsExt;
 
     /// Leaves in `tmp/` what a dead engine of `host` leaves: its unlocked owner lock and one staging directory
     /// with a file in it; returns the staging directory.

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Hit;
-use fracflow_record::atomic_replace;
+use fracflow_record::{Files, Publish};
 
 /// The first line of the file; any other first line makes the whole file a miss.
 const HEADER: &str = r#"{"format":"fracflow hit index","version":1}"#;
@@ -131,7 +131,7 @@ impl HitIndex {
 
     /// Writes the index when this process changed it, merged with what other engines wrote meanwhile (theirs
     /// for the keys this one did not touch). Best effort, as everything about the index.
-    pub fn save(&self) -> io::Result<()> {
+    pub fn save(&self, files: &Files) -> io::Result<()> {
         let mut guard = self.lock();
         let Some(state) = guard.as_mut() else {
             return Ok(());
@@ -154,7 +154,7 @@ impl HitIndex {
             text.push_str(&serde_json::to_string(record).map_err(io::Error::other)?);
             text.push('\n');
         }
-        atomic_replace(&self.path, text.as_bytes())?;
+        files.publish(&self.path, text.as_bytes(), Publish::Unsynced)?;
         state.changed.clear();
         Ok(())
     }
@@ -208,7 +208,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let index = HitIndex::new(dir.path());
         index.insert(ID, hit("k1"));
-        index.save()?;
+        index.save(&Files::real())?;
         let reread = HitIndex::new(dir.path());
         assert_eq!(reread.get("k1", ID), Some(hit("k1")));
         let replaced = EntryIdentity { ino: 9, ..ID };
@@ -223,7 +223,7 @@ mod tests {
         let index = HitIndex::new(dir.path());
         index.insert(ID, hit("k1"));
         index.insert(ID, hit("k2"));
-        index.save()?;
+        index.save(&Files::real())?;
         let mut text = fs::read_to_string(index.path())?;
         let cut = text.rfind("k2").unwrap_or(text.len());
         text.truncate(cut);
@@ -244,14 +244,14 @@ mod tests {
         let other = HitIndex::new(dir.path());
         one.insert(ID, hit("k1"));
         other.insert(ID, hit("k2"));
-        other.save()?;
-        one.save()?;
+        other.save(&Files::real())?;
+        one.save(&Files::real())?;
         let merged = HitIndex::new(dir.path());
         assert!(merged.get("k1", ID).is_some() && merged.get("k2", ID).is_some());
         // A key this engine found gone stays gone, whatever the file held.
         let third = HitIndex::new(dir.path());
         third.remove("k2");
-        third.save()?;
+        third.save(&Files::real())?;
         assert!(HitIndex::new(dir.path()).get("k2", ID).is_none());
         Ok(())
     }

@@ -1,17 +1,17 @@
 //! A run's directory under `results/<pipeline>/<run-id>/`: manifest, events, logs and output views.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fracflow_record::{
-    Event, EventKind, FORMAT_VERSION, NodeRecord, NodeStatus, RunManifest, RunStatus,
-    atomic_replace, atomic_write,
+    AppendFile, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Publish,
+    RunManifest, RunStatus,
 };
 
-use crate::cache::{Cache, Hit};
+use crate::cache::{Cache, Hit, Staged};
 use crate::graph::Graph;
 
 /// Large pipelines rewrite the manifest at most this often; `events.jsonl` is appended for every node.
@@ -68,12 +68,15 @@ pub fn node_dir_name(id: &str) -> String {
     id.replace('/', "_")
 }
 
-/// Writes one run's records. Every write is atomic or an append of whole lines.
+/// Writes one run's records. Every write is atomic or an append of whole lines, and goes through `files`.
 #[derive(Debug)]
 pub struct RunDir {
     dir: PathBuf,
     manifest: RunManifest,
-    events: File,
+    files: Files,
+    /// `events.jsonl`, appended to in whole lines. Held open for the whole run: that is how `status` tells a
+    /// live run from a dead one.
+    events: Box<dyn AppendFile>,
     /// Whole event lines not appended yet (see [`RunDir::event`]).
     pending_events: Vec<u8>,
     events_flushed: Instant,
@@ -94,8 +97,19 @@ impl RunDir {
         meta: &RunMeta,
         graph: &Graph,
     ) -> io::Result<RunDir> {
+        RunDir::create_with(Files::real(), results, pipeline, meta, graph)
+    }
+
+    /// [`RunDir::create`], changing files through `files` (a test's recording layer).
+    pub fn create_with(
+        files: Files,
+        results: &Path,
+        pipeline: &str,
+        meta: &RunMeta,
+        graph: &Graph,
+    ) -> io::Result<RunDir> {
         let base = results.join(pipeline);
-        fs::create_dir_all(&base)?;
+        files.create_dir_all(&base)?;
         let stamp = chrono::Local::now().format("%Y-%m-%dT%H%M%S").to_string();
         // `create_dir` claims the id: two engines starting in the same second (another testbed, or another
         // machine sharing the project) must not both take a free-looking id and write into one directory.
@@ -107,13 +121,13 @@ impl RunDir {
                 format!("{stamp}-{suffix}")
             };
             let dir = base.join(&run_id);
-            match fs::create_dir(&dir) {
+            match files.create_dir(&dir) {
                 Ok(()) => break (run_id, dir),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => suffix += 1,
                 Err(e) => return Err(e),
             }
         };
-        fs::create_dir_all(dir.join("logs"))?;
+        files.create_dir_all(&dir.join("logs"))?;
         let manifest = RunManifest {
             format_version: FORMAT_VERSION,
             engine_version: meta.engine_version.clone(),
@@ -141,14 +155,14 @@ impl RunDir {
                 .collect(),
             nodes: BTreeMap::new(),
         };
-        let mut run = RunDir::with_manifest(dir, manifest)?;
+        let mut run = RunDir::with_manifest(files, dir, manifest)?;
         run.write_manifest()?;
         let link = latest_link(meta.variant.as_deref(), &meta.testbed);
         run.previous = fs::read_link(base.join(&link))
             .ok()
             .map(|target| base.join(target))
             .filter(|previous| previous.is_dir());
-        point_latest(&base, &link, &run_id)?;
+        point_latest(&run.files, &base, &link, &run_id)?;
         Ok(run)
     }
 
@@ -158,21 +172,19 @@ impl RunDir {
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
-        fs::create_dir_all(dir.join("logs"))?;
-        let run = RunDir::with_manifest(dir.to_owned(), manifest)?;
+        let files = Files::real();
+        files.create_dir_all(&dir.join("logs"))?;
+        let run = RunDir::with_manifest(files, dir.to_owned(), manifest)?;
         run.write_manifest()?;
         Ok(run)
     }
 
-    fn with_manifest(dir: PathBuf, manifest: RunManifest) -> io::Result<RunDir> {
-        let events = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("events.jsonl"))?;
+    fn with_manifest(files: Files, dir: PathBuf, manifest: RunManifest) -> io::Result<RunDir> {
         Ok(RunDir {
+            events: files.open_append(&dir.join("events.jsonl"))?,
             dir,
             manifest,
-            events,
+            files,
             pending_events: Vec::new(),
             events_flushed: Instant::now(),
             last_manifest_write: Instant::now(),
@@ -233,19 +245,22 @@ impl RunDir {
 
     fn flush_events(&mut self) -> io::Result<()> {
         if !self.pending_events.is_empty() {
-            self.events.write_all(&self.pending_events)?;
+            self.events.append(&self.pending_events)?;
             self.pending_events.clear();
         }
         self.events_flushed = Instant::now();
         Ok(())
     }
 
-    /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs), as the
-    /// outputs of `node`: that is not always the node named in the entry, since two nodes doing identical work
-    /// share one key, and the second is served the first one's entry.
-    pub fn publish(&mut self, cache: &Cache, node: &str, kind: &str, hit: &Hit) -> io::Result<()> {
-        self.record_hit(node, kind, hit);
-        self.link_views(cache, node, hit)
+    /// Records a node that ran and links its views to the staged files of its outputs, which the commit then
+    /// names in the cache (the same files: a view made now stays the output after the commit).
+    pub fn publish_staged(&mut self, node: &str, kind: &str, staged: &Staged) -> io::Result<()> {
+        self.record_hit(node, kind, &staged.entry.hit());
+        let out = self.outputs_dir(node);
+        for (name, file) in &staged.files {
+            self.link_or_copy(file, &out.join(name))?;
+        }
+        Ok(())
     }
 
     /// Records a cache hit; its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
@@ -277,15 +292,28 @@ impl RunDir {
         }
     }
 
+    /// A view of a blob: a hard link, or a copy where the run directory is on another filesystem.
+    fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if let Some(parent) = to.parent() {
+            self.files.create_dir_all(parent)?;
+        }
+        if to.exists() {
+            self.files.remove_file(to)?;
+        }
+        self.files
+            .hard_link(from, to)
+            .or_else(|_| self.files.copy_new(from, to).map(|_| ()))
+    }
+
     fn link_views(&self, cache: &Cache, node: &str, entry: &Hit) -> io::Result<()> {
         let out = self.outputs_dir(node);
         for (name, blob) in &entry.outputs {
-            link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
+            self.link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
         }
         if let Some(log) = &entry.log {
             let target = self.dir.join(format!("logs/{}.log", node_dir_name(node)));
             if !target.exists() {
-                link_or_copy(&cache.blob_path(&log.hash), &target)?;
+                self.link_or_copy(&cache.blob_path(&log.hash), &target)?;
             }
         }
         Ok(())
@@ -351,16 +379,18 @@ impl RunDir {
             sibling(nodes.clone()).unwrap_or(nodes),
             sibling(logs.clone()).unwrap_or(logs),
         );
-        if std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_err() {
+        if self.files.symlink(&nodes, &self.dir.join("nodes")).is_err() {
             return false;
         }
         // `logs/` was made empty at creation (a hit writes no log of its own); if it cannot be replaced, the
         // views are made one by one instead, never into the previous run's folders.
-        let logs_replaced = fs::remove_dir(self.dir.join("logs"))
-            .and_then(|()| std::os::unix::fs::symlink(&logs, self.dir.join("logs")));
+        let logs_replaced = self
+            .files
+            .remove_dir(&self.dir.join("logs"))
+            .and_then(|()| self.files.symlink(&logs, &self.dir.join("logs")));
         if logs_replaced.is_err() {
-            let _ = fs::remove_file(self.dir.join("nodes"));
-            let _ = fs::create_dir_all(self.dir.join("logs"));
+            let _ = self.files.remove_file(&self.dir.join("nodes"));
+            let _ = self.files.create_dir_all(&self.dir.join("logs"));
             return false;
         }
         true
@@ -368,8 +398,8 @@ impl RunDir {
 
     /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
     ///
-    /// Atomic but not fsynced: the cache is the durable record of completed work, the manifest a view of it
-    /// (written durably by `finish`).
+    /// Whole but not durable (its data synced, its rename not): the cache is the durable record of completed
+    /// work, the manifest a view of it (written durably by `finish`).
     /// `ran`: a node finished or failed (always written for small pipelines, at most every
     /// `MANIFEST_INTERVAL` in large ones); false for a cache hit, written at most every
     /// `HITS_MANIFEST_INTERVAL`.
@@ -382,7 +412,12 @@ impl RunDir {
         if (ran && self.manifest.nodes.len() < SMALL_PIPELINE)
             || self.last_manifest_write.elapsed() >= interval
         {
-            atomic_replace(&self.dir.join("manifest.json"), &self.manifest_bytes()?)?;
+            // Whole, not durable: power loss may bring back an older manifest, never a torn one.
+            self.files.publish(
+                &self.dir.join("manifest.json"),
+                &self.manifest_bytes()?,
+                Publish::Whole,
+            )?;
             self.last_manifest_write = Instant::now();
         }
         Ok(())
@@ -390,7 +425,11 @@ impl RunDir {
 
     /// Writes the manifest durably.
     pub fn write_manifest(&self) -> io::Result<()> {
-        atomic_write(&self.dir.join("manifest.json"), &self.manifest_bytes()?)
+        self.files.publish(
+            &self.dir.join("manifest.json"),
+            &self.manifest_bytes()?,
+            Publish::Durable,
+        )
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
@@ -416,7 +455,7 @@ impl RunDir {
         self.manifest.status = status;
         self.manifest.finished = Some(now_rfc3339());
         self.flush_events()?;
-        self.events.sync_all()?;
+        self.events.sync()?;
         self.write_manifest()?;
         let complete = self.manifest.nodes.values().all(|record| {
             matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
@@ -429,7 +468,11 @@ impl RunDir {
                     .filter_map(|(node, record)| Some((node, record.key.as_deref()?))),
             );
             // Not fsynced: a lost digest only means the next no-op links its views one by one.
-            atomic_replace(&self.dir.join(VIEWS_DIGEST), digest.as_bytes())?;
+            self.files.publish(
+                &self.dir.join(VIEWS_DIGEST),
+                digest.as_bytes(),
+                Publish::Unsynced,
+            )?;
         }
         cache.save_index();
         Ok(())
@@ -441,16 +484,6 @@ impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = self.flush_events();
     }
-}
-
-fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
-    if let Some(parent) = to.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    if to.exists() {
-        fs::remove_file(to)?;
-    }
-    fs::hard_link(from, to).or_else(|_| fs::copy(from, to).map(|_| ()))
 }
 
 /// The testbed whose runs own the plain `latest` link (the CLI's default `--testbed`).
@@ -482,11 +515,11 @@ pub fn is_latest_link(name: &str) -> bool {
 }
 
 /// Replaces `<base>/<link>` atomically: a new symlink under a temporary name, renamed over the old one.
-fn point_latest(base: &Path, link: &str, run_id: &str) -> io::Result<()> {
+fn point_latest(files: &Files, base: &Path, link: &str, run_id: &str) -> io::Result<()> {
     // Unique per machine too: two engines on one project may point a link at the same moment.
     let tmp = base.join(format!(".{link}.{}", fracflow_record::unique_suffix()));
-    std::os::unix::fs::symlink(run_id, &tmp)?;
-    fs::rename(&tmp, base.join(link))
+    files.symlink(Path::new(run_id), &tmp)?;
+    files.rename(&tmp, &base.join(link))
 }
 
 #[cfg(test)]

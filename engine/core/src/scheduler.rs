@@ -27,6 +27,7 @@
 //! The run itself is a state machine (`state::Run`, described in `engine/docs/scheduler.md`); how a key is made and
 //! what a keyed node needs are decided in `decide`, which `plan` calls too.
 
+mod commit;
 mod launch;
 mod state;
 
@@ -46,7 +47,18 @@ use crate::run::RunDir;
 use crate::spec::{NodeSpec, Resource};
 use crate::statcache::StatCache;
 
+use commit::{Committed, ToCommit};
+use launch::Finished;
 use state::{Next, Run};
+
+/// What the run's driver hears from the threads it started.
+#[derive(Debug)]
+enum Message {
+    /// A node's thread is done: its result is staged, or it failed.
+    Finished(Box<Finished>),
+    /// The committer published a group of staged results.
+    Committed(Vec<Committed>),
+}
 
 /// How a run is carried out.
 #[derive(Debug, Clone)]
@@ -185,27 +197,40 @@ pub fn run(
     let identity = run.identity();
     let (sender, receiver) = mpsc::channel();
     std::thread::scope(|scope| -> std::io::Result<()> {
-        loop {
+        let (to_commit, queue) = mpsc::channel::<ToCommit>();
+        let committed = sender.clone();
+        scope.spawn(move || {
+            commit::committer(engine.cache, queue, &mut |group| {
+                let _ = committed.send(Message::Committed(group));
+            });
+        });
+        let driven = (|| loop {
             run.key_ready()?;
             run.launch(&mut |launch| {
                 let sender = sender.clone();
                 let identity = &identity;
                 scope.spawn(move || {
-                    let _ = sender.send(launch.execute(engine, cancel, identity));
+                    let finished = launch.execute(engine, cancel, identity);
+                    let _ = sender.send(Message::Finished(Box::new(finished)));
                 });
             })?;
             let wait = match run.next() {
-                Next::End => break,
+                Next::End => return Ok(()),
                 Next::Key => continue,
                 Next::Wait(wait) => wait,
             };
             match receiver.recv_timeout(wait) {
-                Ok(finished) => run.finished(finished)?,
+                Ok(Message::Finished(finished)) => run.finished(*finished, &mut |item| {
+                    let _ = to_commit.send(item);
+                })?,
+                Ok(Message::Committed(group)) => run.committed(group)?,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
             }
-        }
-        Ok(())
+        })();
+        // Closing the queue ends the committer once it has published what it holds.
+        drop(to_commit);
+        driven
     })?;
     run.finish()
 }

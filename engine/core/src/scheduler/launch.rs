@@ -1,5 +1,5 @@
-//! One node's execution on its own thread: each attempt in a fresh staging directory, published to the cache
-//! only on success, transient failures retried with backoff.
+//! One node's execution on its own thread: each attempt in a fresh staging directory, staged for the cache
+//! only on success (the run's committer publishes it), transient failures retried with backoff.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::graph::NodeIndex;
 
-use crate::cache::CacheEntry;
+use crate::cache::Staged;
 use crate::exec::{Cancel, Job, NodeError, Outcome, RunIdentity};
 use crate::fingerprint::Fingerprint;
 use crate::keylock::KeyLock;
@@ -33,7 +33,7 @@ pub(super) struct Launch<'g> {
     /// Dependency id → the run directory's view of its outputs.
     pub inputs: BTreeMap<String, PathBuf>,
     pub log: PathBuf,
-    /// The key's lock, held until the entry is published or the node failed.
+    /// The key's lock, held until the entry is committed or the node failed.
     pub key_lock: Option<KeyLock>,
 }
 
@@ -41,22 +41,29 @@ pub(super) struct Launch<'g> {
 #[derive(Debug)]
 pub(super) struct Finished {
     pub index: NodeIndex,
-    pub result: Result<CacheEntry, NodeError>,
+    pub result: Result<Staged, NodeError>,
     pub seconds: f64,
+    /// Still held when the node succeeded: released once its entry is committed.
+    pub key_lock: Option<KeyLock>,
+    /// The staging directory of the attempt that succeeded, removed after the commit.
+    pub staging: Option<PathBuf>,
 }
 
 impl Launch<'_> {
     /// Executes the node until it succeeds, fails for good, runs out of retries or the run is cancelled.
     pub fn execute(self, engine: Engine<'_>, cancel: &Cancel, identity: &RunIdentity) -> Finished {
         let started = Instant::now();
-        let result = self.attempts(engine, cancel, identity);
-        // The entry is published (or the node failed): a waiting engine now finds the entry, or takes the
-        // lock and builds the key itself.
-        drop(self.key_lock);
+        let (result, staging) = match self.attempts(engine, cancel, identity) {
+            Ok((staged, staging)) => (Ok(staged), Some(staging)),
+            Err(error) => (Err(error), None),
+        };
         Finished {
             index: self.index,
+            // A failed node releases its key now: a waiting engine takes the lock and builds the key itself.
+            key_lock: result.is_ok().then_some(self.key_lock).flatten(),
             result,
             seconds: started.elapsed().as_secs_f64(),
+            staging,
         }
     }
 
@@ -65,7 +72,7 @@ impl Launch<'_> {
         engine: Engine<'_>,
         cancel: &Cancel,
         identity: &RunIdentity,
-    ) -> Result<CacheEntry, NodeError> {
+    ) -> Result<(Staged, PathBuf), NodeError> {
         let spec = self.spec;
         let executor = engine
             .kinds
@@ -93,10 +100,10 @@ impl Launch<'_> {
                 key: &self.key,
             };
             let result: Result<Outcome, NodeError> = executor.execute(&job);
-            let published = result.and_then(|outcome| {
+            let staged = result.and_then(|outcome| {
                 engine
                     .cache
-                    .put(
+                    .stage(
                         &spec.id,
                         &self.fingerprint,
                         &staging,
@@ -110,34 +117,29 @@ impl Launch<'_> {
                         NodeError::permanent(format!("storing outputs of `{}`: {e}", spec.id))
                     })
             });
-            let _ = fs::remove_dir_all(&staging);
-            match published {
-                Ok(entry) => {
-                    // In the background, after the commit: a slow remote never delays a dependent.
-                    engine.cache.upload(&entry, &spec.kind);
-                    return Ok(entry);
-                }
-                Err(error)
-                    if error.transient && attempt < spec.retries && !cancel.is_cancelled() =>
-                {
-                    let backoff = FIRST_BACKOFF
-                        .saturating_mul(1 << attempt.min(16))
-                        .min(MAX_BACKOFF);
-                    append_log(
-                        &self.log,
-                        &format!(
-                            "fracflow: attempt {} failed ({error}); retrying in {backoff:?}\n",
-                            attempt + 1
-                        ),
-                    );
-                    let deadline = Instant::now() + backoff;
-                    while Instant::now() < deadline && !cancel.is_cancelled() {
-                        std::thread::sleep(CANCEL_POLL);
-                    }
-                    attempt += 1;
-                }
-                Err(error) => return Err(error),
+            let error = match staged {
+                Ok(staged) => return Ok((staged, staging)),
+                Err(error) => error,
+            };
+            let _ = engine.cache.files().remove_dir_all(&staging);
+            if !error.transient || attempt >= spec.retries || cancel.is_cancelled() {
+                return Err(error);
             }
+            let backoff = FIRST_BACKOFF
+                .saturating_mul(1 << attempt.min(16))
+                .min(MAX_BACKOFF);
+            append_log(
+                &self.log,
+                &format!(
+                    "fracflow: attempt {} failed ({error}); retrying in {backoff:?}\n",
+                    attempt + 1
+                ),
+            );
+            let deadline = Instant::now() + backoff;
+            while Instant::now() < deadline && !cancel.is_cancelled() {
+                std::thread::sleep(CANCEL_POLL);
+            }
+            attempt += 1;
         }
     }
 }

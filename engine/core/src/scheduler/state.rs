@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! Waiting ─(dependencies known)→ Ready ─(key)→ Done (cache hit)
-//!                                          ├─→ Queued ─(launch)→ Running ─→ Done | Failed
+//!                                          ├─→ Queued ─(launch)→ Running ─→ Committing ─→ Done | Failed
+//!                                          │                             └─→ Failed
 //!                                          └─→ Deferred (lazy effect) ─(a dependent is queued)→ Queued
 //!                                                                     └─(run ends)→ NotNeeded
 //! Waiting | Ready | Queued ─(a dependency failed, or the run stopped)→ Skipped
@@ -28,6 +29,7 @@ use crate::keylock::{self, Attempt, Holder, InUse, KeyLock};
 use crate::run::{RunDir, now_rfc3339};
 use crate::spec::{NodeSpec, Resource};
 
+use super::commit::{Committed, ToCommit};
 use super::launch::{Finished, Launch};
 use super::{Engine, Observer, RunOptions, RunSummary};
 
@@ -54,7 +56,9 @@ enum State {
     /// It executes: waiting for cores, its device or host, its lazy effects, or another engine's lock.
     Queued(Queued),
     Running,
-    /// Built or found in the cache in this run.
+    /// Built: its outputs are staged and its dependents may start on them; its entry is being committed.
+    Committing,
+    /// Built and committed, or found in the cache, in this run.
     Done,
     Failed,
     Skipped,
@@ -174,6 +178,8 @@ pub(super) struct Run<'a> {
     /// Queued nodes by topological position: launched in that order when they fit.
     queue: BTreeSet<(usize, NodeIndex)>,
     slots: Slots,
+    /// Staged results the committer has not published yet: the run ends only once it has.
+    committing: usize,
     summary: RunSummary,
     started: Instant,
     locks: PathBuf,
@@ -231,6 +237,7 @@ impl<'a> Run<'a> {
                 budget: options.jobs.max(1),
                 ..Slots::default()
             },
+            committing: 0,
             summary: RunSummary {
                 status: RunStatus::Succeeded,
                 built: 0,
@@ -362,8 +369,14 @@ impl<'a> Run<'a> {
         while let Some((node, mut queued)) = stack.pop() {
             for dependency in self.graph.dependencies(node) {
                 let effect = matches!(self.known.get(&dependency), Some(Known::Effect(_)));
-                // Done: it ran earlier in this run. Otherwise it is deferred (needed now), or already queued.
-                if !effect || matches!(self.states.get(&dependency), Some(State::Done)) {
+                // Done or committing: it ran earlier in this run. Otherwise it is deferred (needed now), or
+                // already queued.
+                if !effect
+                    || matches!(
+                        self.states.get(&dependency),
+                        Some(State::Done | State::Committing)
+                    )
+                {
                     continue;
                 }
                 queued.effects_first += 1;
@@ -532,15 +545,18 @@ impl<'a> Run<'a> {
     /// What to do after a launch pass.
     pub fn next(&self) -> Next {
         let stopping = self.stopping();
-        // With nothing running, all that can be left is nodes waiting for other engines (or nothing).
-        if self.slots.running == 0 && (stopping || (self.ready.is_empty() && self.queue.is_empty()))
+        // With nothing running, all that can be left is nodes waiting for other engines (or nothing); what was
+        // built is committed before the run ends, even a stopping one.
+        if self.slots.running == 0
+            && self.committing == 0
+            && (stopping || (self.ready.is_empty() && self.queue.is_empty()))
         {
             return Next::End;
         }
         if !self.ready.is_empty() && !stopping {
             return Next::Key;
         }
-        if self.slots.running > 0 {
+        if self.slots.running > 0 || self.committing > 0 {
             return Next::Wait(TICK);
         }
         let now = Instant::now();
@@ -559,35 +575,72 @@ impl<'a> Run<'a> {
         Next::Wait(soonest.min(TICK))
     }
 
-    /// A launched node's thread is done: publish what it built, or fail it.
-    pub fn finished(&mut self, finished: Finished) -> io::Result<()> {
+    /// A launched node's thread is done: what it built is linked into the run directory, its dependents may
+    /// start on it, and it goes to the committer (`commit`); or it failed.
+    pub fn finished(
+        &mut self,
+        finished: Finished,
+        commit: &mut dyn FnMut(ToCommit),
+    ) -> io::Result<()> {
         let index = finished.index;
         let spec = self.graph.spec(index);
         self.slots.release(spec);
-        match finished.result {
-            Ok(entry) => {
-                self.run_dir
-                    .publish(self.engine.cache, &spec.id, &spec.kind, &entry.hit())?;
-                let record = self.run_dir.record_mut(&spec.id, &spec.kind);
-                record.status = NodeStatus::Built;
-                record.seconds = Some(finished.seconds);
-                self.emit(EventKind::NodeFinished {
-                    node: spec.id.clone(),
-                    key: entry.key.clone(),
-                    seconds: finished.seconds,
-                    output_hash: entry.output_hash.clone(),
-                })?;
-                self.summary.built += 1;
-                self.states.insert(index, State::Done);
-                if matches!(self.known.get(&index), Some(Known::Effect(_))) {
-                    // Its dependents were keyed when it was; now the ones queued behind it may start.
-                    self.effect_finished(index);
-                } else {
-                    self.known.insert(index, Known::Output(entry.output_hash));
-                    self.contribution_known(index);
+        let staged = match finished.result {
+            Ok(staged) => staged,
+            Err(error) => {
+                self.fail(index, &error)?;
+                return self.run_dir.checkpoint(true);
+            }
+        };
+        self.run_dir.publish_staged(&spec.id, &spec.kind, &staged)?;
+        self.states.insert(index, State::Committing);
+        if matches!(self.known.get(&index), Some(Known::Effect(_))) {
+            // Its dependents were keyed when it was; now the ones queued behind it may start.
+            self.effect_finished(index);
+        } else {
+            self.known
+                .insert(index, Known::Output(staged.entry.output_hash.clone()));
+            self.contribution_known(index);
+        }
+        self.committing += 1;
+        commit(ToCommit {
+            index,
+            staged,
+            kind: spec.kind.clone(),
+            seconds: finished.seconds,
+            key_lock: finished.key_lock,
+            staging: finished.staging,
+        });
+        Ok(())
+    }
+
+    /// The committer published a group: each node is finished now, or failed if its entry could not be
+    /// written (its dependents that already started keep their own results, which key on its outputs).
+    pub fn committed(&mut self, group: Vec<Committed>) -> io::Result<()> {
+        for committed in group {
+            self.committing -= 1;
+            let index = committed.index;
+            let spec = self.graph.spec(index);
+            match committed.result {
+                Ok(entry) => {
+                    let record = self.run_dir.record_mut(&spec.id, &spec.kind);
+                    record.status = NodeStatus::Built;
+                    record.seconds = Some(committed.seconds);
+                    self.emit(EventKind::NodeFinished {
+                        node: spec.id.clone(),
+                        key: entry.key,
+                        seconds: committed.seconds,
+                        output_hash: entry.output_hash,
+                    })?;
+                    self.summary.built += 1;
+                    self.states.insert(index, State::Done);
+                }
+                Err(error) => {
+                    let error =
+                        NodeError::permanent(format!("storing outputs of `{}`: {error}", spec.id));
+                    self.fail(index, &error)?;
                 }
             }
-            Err(error) => self.fail(index, &error)?,
         }
         self.run_dir.checkpoint(true)
     }
