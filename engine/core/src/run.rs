@@ -14,13 +14,13 @@ use fracflow_record::{
 use crate::cache::{Cache, Hit, Staged};
 use crate::graph::Graph;
 
-/// Large pipelines rewrite the manifest at most this often; `events.jsonl` is appended for every node.
+/// While nodes run, the manifest is rewritten at most this often; `events.jsonl` is appended for every node.
 const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
 /// While only cache hits come in, the manifest is rewritten at most this often: a no-op of 10 000 nodes takes
 /// a few hundred ms, and one more rewrite of a 3 MB manifest was a twentieth of it. Hits are in the event
 /// journal at once (`status` reads that), and a run cut off meanwhile finds them in the cache again.
 const HITS_MANIFEST_INTERVAL: Duration = Duration::from_secs(2);
-/// Below this many nodes the manifest is rewritten after every node that runs.
+/// Below this many nodes the manifest is written indented, to be read by eye.
 const SMALL_PIPELINE: usize = 1000;
 
 /// The longest an appended cache-hit event waits in memory.
@@ -86,6 +86,8 @@ pub struct RunDir {
     deferred: BTreeMap<String, Hit>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
+    /// This run's `nodes/` and `logs/` are links to the previous run's: it made no views of its own.
+    borrowed_views: bool,
 }
 
 impl RunDir {
@@ -190,6 +192,7 @@ impl RunDir {
             last_manifest_write: Instant::now(),
             deferred: BTreeMap::new(),
             previous: None,
+            borrowed_views: false,
         })
     }
 
@@ -329,6 +332,7 @@ impl RunDir {
         }
         if self.deferred.len() == self.manifest.nodes.len() && self.borrow_previous_views() {
             self.deferred.clear();
+            self.borrowed_views = true;
             return Ok(());
         }
         for (node, hit) in std::mem::take(&mut self.deferred) {
@@ -396,31 +400,24 @@ impl RunDir {
         true
     }
 
-    /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
-    ///
-    /// Whole but not durable (its data synced, its rename not): the cache is the durable record of completed
-    /// work, the manifest a view of it (written durably by `finish`).
-    /// `ran`: a node finished or failed (always written for small pipelines, at most every
-    /// `MANIFEST_INTERVAL` in large ones); false for a cache hit, written at most every
-    /// `HITS_MANIFEST_INTERVAL`.
-    pub fn checkpoint(&mut self, ran: bool) -> io::Result<()> {
+    /// The manifest as it stands, when its last write is old enough: `ran` (a node finished or failed) at most
+    /// every `MANIFEST_INTERVAL`, a cache hit at most every `HITS_MANIFEST_INTERVAL`. The caller writes it
+    /// ([`Checkpoint::write`]) off the scheduler's thread, since the write syncs.
+    pub fn checkpoint(&mut self, ran: bool) -> io::Result<Option<Checkpoint>> {
         let interval = if ran {
             MANIFEST_INTERVAL
         } else {
             HITS_MANIFEST_INTERVAL
         };
-        if (ran && self.manifest.nodes.len() < SMALL_PIPELINE)
-            || self.last_manifest_write.elapsed() >= interval
-        {
-            // Whole, not durable: power loss may bring back an older manifest, never a torn one.
-            self.files.publish(
-                &self.dir.join("manifest.json"),
-                &self.manifest_bytes()?,
-                Publish::Whole,
-            )?;
-            self.last_manifest_write = Instant::now();
+        if self.last_manifest_write.elapsed() < interval {
+            return Ok(None);
         }
-        Ok(())
+        self.last_manifest_write = Instant::now();
+        Ok(Some(Checkpoint {
+            files: self.files.clone(),
+            path: self.dir.join("manifest.json"),
+            bytes: self.manifest_bytes()?,
+        }))
     }
 
     /// Writes the manifest durably.
@@ -467,7 +464,13 @@ impl RunDir {
                     .iter()
                     .filter_map(|(node, record)| Some((node, record.key.as_deref()?))),
             );
-            // Not fsynced: a lost digest only means the next no-op links its views one by one.
+            // The digest vouches for the views a later no-op borrows: the views this run made are durable
+            // before it is written (one syncfs for all of them), or power loss could keep the digest and lose
+            // views. The digest itself is not synced: a lost one only means the next no-op links its views
+            // one by one.
+            if !self.borrowed_views {
+                self.files.sync_fs(&self.dir)?;
+            }
             self.files.publish(
                 &self.dir.join(VIEWS_DIGEST),
                 digest.as_bytes(),
@@ -476,6 +479,23 @@ impl RunDir {
         }
         cache.save_index();
         Ok(())
+    }
+}
+
+/// A run's manifest between two nodes, to be written by [`Checkpoint::write`].
+#[derive(Debug)]
+pub struct Checkpoint {
+    files: Files,
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl Checkpoint {
+    /// Publishes it whole but not durably (its data synced, its rename not): power loss may bring back an
+    /// older manifest, never a torn one. The cache is the durable record of completed work, the manifest a
+    /// view of it, written durably by [`RunDir::finish`].
+    pub fn write(self) -> io::Result<()> {
+        self.files.publish(&self.path, &self.bytes, Publish::Whole)
     }
 }
 

@@ -47,7 +47,7 @@ use crate::run::RunDir;
 use crate::spec::{NodeSpec, Resource};
 use crate::statcache::StatCache;
 
-use commit::{Committed, ToCommit};
+use commit::{Committed, Work};
 use launch::Finished;
 use state::{Next, Run};
 
@@ -193,11 +193,12 @@ pub fn run(
     observer: &mut dyn Observer,
     cancel: &Cancel,
 ) -> std::io::Result<RunSummary> {
-    let mut run = Run::start(engine, graph, targets, options, cancel, run_dir, observer)?;
+    let (to_commit, queue) = mpsc::channel::<Work>();
+    let mut run = Run::start(engine, graph, targets, options, cancel, run_dir, observer)?
+        .with_committer(to_commit);
     let identity = run.identity();
     let (sender, receiver) = mpsc::channel();
     std::thread::scope(|scope| -> std::io::Result<()> {
-        let (to_commit, queue) = mpsc::channel::<ToCommit>();
         let committed = sender.clone();
         scope.spawn(move || {
             commit::committer(engine.cache, queue, &mut |group| {
@@ -220,16 +221,14 @@ pub fn run(
                 Next::Wait(wait) => wait,
             };
             match receiver.recv_timeout(wait) {
-                Ok(Message::Finished(finished)) => run.finished(*finished, &mut |item| {
-                    let _ = to_commit.send(item);
-                })?,
+                Ok(Message::Finished(finished)) => run.finished(*finished)?,
                 Ok(Message::Committed(group)) => run.committed(group)?,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
             }
         })();
         // Closing the queue ends the committer once it has published what it holds.
-        drop(to_commit);
+        run.close_committer();
         driven
     })?;
     run.finish()

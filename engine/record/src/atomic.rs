@@ -49,6 +49,9 @@ pub trait FileOps: Send + Sync + fmt::Debug {
     fn sync_file(&self, path: &Path) -> io::Result<()>;
     /// Makes the names created, renamed or removed in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Makes everything written to the filesystem that holds `path` durable (`syncfs`): one call for many
+    /// files and directories at once.
+    fn sync_fs(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn create_dir(&self, dir: &Path) -> io::Result<()>;
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()>;
@@ -101,6 +104,17 @@ impl FileOps for RealFiles {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+
+    fn sync_fs(&self, path: &Path) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let file = File::open(path)?;
+        // SAFETY: syncfs only reads the descriptor, which `file` keeps open for the call.
+        if unsafe { libc::syncfs(file.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

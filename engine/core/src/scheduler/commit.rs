@@ -1,4 +1,5 @@
-//! The run's committer: one thread that publishes staged results to the cache in groups.
+//! The run's committer: one thread that publishes staged results to the cache in groups, and writes the run's
+//! manifest checkpoints, so that no sync waits on the scheduler's thread.
 //!
 //! A node's thread stages its outputs (hashed, unsynced) and is done; its dependents start on the staged files
 //! at once, while the committer syncs and publishes. Whatever staged results arrive while it syncs one group
@@ -13,6 +14,15 @@ use petgraph::graph::NodeIndex;
 
 use crate::cache::{Cache, CacheEntry, Staged};
 use crate::keylock::KeyLock;
+use crate::run::Checkpoint;
+
+/// What the committer is handed.
+#[derive(Debug)]
+pub(super) enum Work {
+    Commit(Box<ToCommit>),
+    /// A manifest checkpoint; of several waiting, only the newest is written.
+    Manifest(Checkpoint),
+}
 
 /// A staged result waiting for the committer.
 #[derive(Debug)]
@@ -35,51 +45,65 @@ pub(super) struct Committed {
 }
 
 /// Commits what arrives on `queue` in groups until the queue closes, and hands each group's outcome to
-/// `done`.
+/// `done`; writes the newest manifest checkpoint after each group.
 pub(super) fn committer(
     cache: &Cache,
-    queue: mpsc::Receiver<ToCommit>,
+    queue: mpsc::Receiver<Work>,
     done: &mut dyn FnMut(Vec<Committed>),
 ) {
     while let Ok(first) = queue.recv() {
-        let mut group = vec![first];
-        group.extend(queue.try_iter());
-        let (staged, rest): (Vec<Staged>, Vec<_>) = group
-            .into_iter()
-            .map(|item| {
-                (
-                    item.staged,
-                    (
-                        item.index,
-                        item.kind,
-                        item.seconds,
-                        item.key_lock,
-                        item.staging,
-                    ),
-                )
-            })
-            .unzip();
-        let results = cache.commit(staged);
-        let outcomes = rest
-            .into_iter()
-            .zip(results)
-            .map(|((index, kind, seconds, key_lock, staging), result)| {
-                if let Some(staging) = staging {
-                    let _ = cache.files().remove_dir_all(&staging);
-                }
-                // Committed (or failed): a waiting engine now finds the entry, or builds the key itself.
-                drop(key_lock);
-                if let Ok(entry) = &result {
-                    // In the background, after the commit: a slow remote never delays a dependent.
-                    cache.upload(entry, &kind);
-                }
-                Committed {
-                    index,
-                    result,
-                    seconds,
-                }
-            })
-            .collect();
-        done(outcomes);
+        let mut group = Vec::new();
+        let mut manifest = None;
+        for work in std::iter::once(first).chain(queue.try_iter()) {
+            match work {
+                Work::Commit(item) => group.push(*item),
+                Work::Manifest(checkpoint) => manifest = Some(checkpoint),
+            }
+        }
+        if !group.is_empty() {
+            done(commit_group(cache, group));
+        }
+        if let Some(checkpoint) = manifest {
+            // A view of the cache, rewritten soon and durably at the end: a failure costs nothing.
+            let _ = checkpoint.write();
+        }
     }
+}
+
+fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
+    let (staged, rest): (Vec<Staged>, Vec<_>) = group
+        .into_iter()
+        .map(|item| {
+            (
+                item.staged,
+                (
+                    item.index,
+                    item.kind,
+                    item.seconds,
+                    item.key_lock,
+                    item.staging,
+                ),
+            )
+        })
+        .unzip();
+    let results = cache.commit(staged);
+    rest.into_iter()
+        .zip(results)
+        .map(|((index, kind, seconds, key_lock, staging), result)| {
+            if let Some(staging) = staging {
+                let _ = cache.files().remove_dir_all(&staging);
+            }
+            // Committed (or failed): a waiting engine now finds the entry, or builds the key itself.
+            drop(key_lock);
+            if let Ok(entry) = &result {
+                // In the background, after the commit: a slow remote never delays a dependent.
+                cache.upload(entry, &kind);
+            }
+            Committed {
+                index,
+                result,
+                seconds,
+            }
+        })
+        .collect()
 }

@@ -29,7 +29,7 @@ use crate::keylock::{self, Attempt, Holder, InUse, KeyLock};
 use crate::run::{RunDir, now_rfc3339};
 use crate::spec::{NodeSpec, Resource};
 
-use super::commit::{Committed, ToCommit};
+use super::commit::{Committed, ToCommit, Work};
 use super::launch::{Finished, Launch};
 use super::{Engine, Observer, RunOptions, RunSummary};
 
@@ -180,6 +180,8 @@ pub(super) struct Run<'a> {
     slots: Slots,
     /// Staged results the committer has not published yet: the run ends only once it has.
     committing: usize,
+    /// The committer's queue: staged results and manifest checkpoints. Closed before the run ends.
+    committer: Option<std::sync::mpsc::Sender<Work>>,
     summary: RunSummary,
     started: Instant,
     locks: PathBuf,
@@ -238,6 +240,7 @@ impl<'a> Run<'a> {
                 ..Slots::default()
             },
             committing: 0,
+            committer: None,
             summary: RunSummary {
                 status: RunStatus::Succeeded,
                 built: 0,
@@ -577,11 +580,7 @@ impl<'a> Run<'a> {
 
     /// A launched node's thread is done: what it built is linked into the run directory, its dependents may
     /// start on it, and it goes to the committer (`commit`); or it failed.
-    pub fn finished(
-        &mut self,
-        finished: Finished,
-        commit: &mut dyn FnMut(ToCommit),
-    ) -> io::Result<()> {
+    pub fn finished(&mut self, finished: Finished) -> io::Result<()> {
         let index = finished.index;
         let spec = self.graph.spec(index);
         self.slots.release(spec);
@@ -589,7 +588,7 @@ impl<'a> Run<'a> {
             Ok(staged) => staged,
             Err(error) => {
                 self.fail(index, &error)?;
-                return self.run_dir.checkpoint(true);
+                return self.checkpoint(true);
             }
         };
         self.run_dir.publish_staged(&spec.id, &spec.kind, &staged)?;
@@ -603,15 +602,41 @@ impl<'a> Run<'a> {
             self.contribution_known(index);
         }
         self.committing += 1;
-        commit(ToCommit {
+        self.hand_to_committer(Work::Commit(Box::new(ToCommit {
             index,
             staged,
             kind: spec.kind.clone(),
             seconds: finished.seconds,
             key_lock: finished.key_lock,
             staging: finished.staging,
-        });
-        Ok(())
+        })))
+    }
+
+    /// Where staged results and manifest checkpoints go from now on.
+    pub fn with_committer(mut self, queue: std::sync::mpsc::Sender<Work>) -> Run<'a> {
+        self.committer = Some(queue);
+        self
+    }
+
+    fn hand_to_committer(&mut self, work: Work) -> io::Result<()> {
+        let sent = self.committer.as_ref().map(|queue| queue.send(work));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => Err(io::Error::other("the run's committer has stopped")),
+        }
+    }
+
+    /// Hands the manifest to the committer when it is due for a rewrite (see [`RunDir::checkpoint`]).
+    fn checkpoint(&mut self, ran: bool) -> io::Result<()> {
+        match self.run_dir.checkpoint(ran)? {
+            Some(checkpoint) => self.hand_to_committer(Work::Manifest(checkpoint)),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the committer's queue: once it has written what it holds, it ends.
+    pub fn close_committer(&mut self) {
+        self.committer = None;
     }
 
     /// The committer published a group: each node is finished now, or failed if its entry could not be
@@ -642,7 +667,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        self.run_dir.checkpoint(true)
+        self.checkpoint(true)
     }
 
     /// Completes a node with an entry found in the cache: linked into the run directory, never executed.
@@ -662,7 +687,7 @@ impl<'a> Run<'a> {
         self.known.insert(index, Known::Output(output_hash));
         self.contribution_known(index);
         self.summary.cached += 1;
-        self.run_dir.checkpoint(false)
+        self.checkpoint(false)
     }
 
     /// What `index` contributes to its dependents' keys is known: those that waited only for it are ready.

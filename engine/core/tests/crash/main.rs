@@ -9,7 +9,8 @@
 //! - every run directory's `manifest.json` parses, `latest` leads to a run with a manifest, and every whole
 //!   line of `events.jsonl` parses;
 //! - a following run of the final graph succeeds, produces the same outputs as the workload's, and executes
-//!   no node whose entry survived.
+//!   no node whose entry survived;
+//! - every node the workload's runs reported finished before the crash point kept its entry.
 
 mod model;
 mod recorder;
@@ -101,6 +102,9 @@ impl FileOps for Unsynced {
     fn sync_dir(&self, _dir: &Path) -> std::io::Result<()> {
         Ok(())
     }
+    fn sync_fs(&self, _path: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         RealFiles.rename(from, to)
     }
@@ -130,6 +134,21 @@ impl FileOps for Unsynced {
 struct Quiet;
 impl Observer for Quiet {
     fn event(&mut self, _event: &EventKind) {}
+}
+
+/// Notes, for each node the run reports finished, how many operations had been recorded by then.
+struct Reported {
+    recorder: Recorder,
+    finished: Vec<(usize, String)>,
+}
+
+impl Observer for Reported {
+    fn event(&mut self, event: &EventKind) {
+        if let EventKind::NodeFinished { key, .. } = event {
+            let done = self.recorder.log().ops.len();
+            self.finished.push((done, key.clone()));
+        }
+    }
 }
 
 fn node(id: &str, deps: &[&str], value: u64) -> NodeSpec {
@@ -162,7 +181,12 @@ fn graph(d_value: u64) -> Vec<NodeSpec> {
 
 /// Runs every node of `nodes` in the project at `top` (cache in `top/cache`, runs in `top/results`) with
 /// `files`; returns the run's manifest and the nodes the kind executed.
-fn run(top: &Path, files: &Files, nodes: &[NodeSpec]) -> (RunStatus, RunManifest, Vec<String>) {
+fn run(
+    top: &Path,
+    files: &Files,
+    nodes: &[NodeSpec],
+    observer: &mut dyn Observer,
+) -> (RunStatus, RunManifest, Vec<String>) {
     let graph = Graph::build(nodes.to_vec()).expect("a valid graph");
     let cache = Cache::open_with(&top.join("cache"), files.clone()).expect("the cache opens");
     let stat = StatCache::load(&cache.stat_cache_file());
@@ -197,7 +221,7 @@ fn run(top: &Path, files: &Files, nodes: &[NodeSpec]) -> (RunStatus, RunManifest
         graph.topological(),
         &options,
         &mut run_dir,
-        &mut Quiet,
+        observer,
         &Cancel::new(),
     )
     .expect("the run ends");
@@ -225,8 +249,8 @@ fn fingerprint(value: u64) -> Fingerprint {
 }
 
 /// The recorded workload; returns the final graph's outputs by node.
-fn workload(top: &Path, files: &Files) -> BTreeMap<String, Vec<u8>> {
-    let (status, first, _) = run(top, files, &graph(4));
+fn workload(top: &Path, files: &Files, reported: &mut Reported) -> BTreeMap<String, Vec<u8>> {
+    let (status, first, _) = run(top, files, &graph(4), reported);
     assert_eq!(status, RunStatus::Succeeded);
     let cache = Cache::open_with(&top.join("cache"), files.clone()).expect("the cache opens");
     // Three writers at once: two of one key (with equal content), one of another.
@@ -257,20 +281,22 @@ fn workload(top: &Path, files: &Files) -> BTreeMap<String, Vec<u8>> {
     let keep: HashSet<String> = first.nodes.values().filter_map(|r| r.key.clone()).collect();
     let report = cache.gc(&keep, Duration::ZERO).expect("gc");
     assert_eq!(report.entries_removed, 2, "{report:?}");
-    let (status, second, executed) = run(top, files, &graph(40));
+    let (status, second, executed) = run(top, files, &graph(40), reported);
     assert_eq!(status, RunStatus::Succeeded);
     assert_eq!(executed, ["d"], "only the changed node runs");
     outputs(&top.join("results/crash").join(&second.run_id), &second)
+        .expect("every node's output is in its run directory")
 }
 
-fn outputs(run_dir: &Path, manifest: &RunManifest) -> BTreeMap<String, Vec<u8>> {
+/// Each node's output as its run directory shows it; a missing one is an error that names it.
+fn outputs(run_dir: &Path, manifest: &RunManifest) -> Result<BTreeMap<String, Vec<u8>>, String> {
     manifest
         .nodes
         .keys()
         .map(|id| {
-            let out = std::fs::read(run_dir.join("nodes").join(id).join("out"))
-                .expect("every node's output is in its run directory");
-            (id.clone(), out)
+            let path = run_dir.join("nodes").join(id).join("out");
+            let out = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((id.clone(), out))
         })
         .collect()
 }
@@ -351,9 +377,22 @@ fn run_dir_problems(results: &Path) -> Vec<String> {
 }
 
 /// Checks one crash state written out at `top`; returns what is wrong with it. The following run is made only
-/// when `resume` (the cache's entries and blobs are new): what it does depends on nothing else.
-fn check(top: &Path, expected: &BTreeMap<String, Vec<u8>>, resume: bool) -> Vec<String> {
+/// when `resume` (no state checked before differs from this one only in what a run does not read).
+fn check(
+    top: &Path,
+    expected: &BTreeMap<String, Vec<u8>>,
+    reported: &[&String],
+    resume: bool,
+) -> Vec<String> {
     let mut problems = Vec::new();
+    let survived = entry_keys(&top.join("cache"));
+    for key in reported {
+        if !survived.contains(*key) {
+            problems.push(format!(
+                "the entry {key} of a node reported finished was lost"
+            ));
+        }
+    }
     let cache = Cache::open(&top.join("cache")).expect("the cache opens");
     let report = cache.verify().expect("verify runs");
     problems.extend(
@@ -366,8 +405,7 @@ fn check(top: &Path, expected: &BTreeMap<String, Vec<u8>>, resume: bool) -> Vec<
     if !resume {
         return problems;
     }
-    let survived = entry_keys(&top.join("cache"));
-    let (status, manifest, _) = run(top, &Files::new(Arc::new(Unsynced)), &graph(40));
+    let (status, manifest, _) = run(top, &Files::new(Arc::new(Unsynced)), &graph(40), &mut Quiet);
     if status != RunStatus::Succeeded {
         problems.push(format!(
             "the following run ended {status:?}: {:?}",
@@ -385,9 +423,10 @@ fn check(top: &Path, expected: &BTreeMap<String, Vec<u8>>, resume: bool) -> Vec<
             ));
         }
     }
-    let got = outputs(&top.join("results/crash").join(&manifest.run_id), &manifest);
-    if &got != expected {
-        problems.push("the following run's outputs differ from the workload's".into());
+    match outputs(&top.join("results/crash").join(&manifest.run_id), &manifest) {
+        Ok(got) if &got == expected => {}
+        Ok(_) => problems.push("the following run's outputs differ from the workload's".into()),
+        Err(missing) => problems.push(format!("the following run shows no output: {missing}")),
     }
     problems
 }
@@ -413,11 +452,20 @@ fn every_state_power_loss_can_leave_is_consistent_and_resumes() {
     std::fs::create_dir(&top).expect("project dir");
     let recorder = Recorder::start(&top).expect("recording starts");
     let files = Files::new(Arc::new(recorder.clone()));
-    let expected = workload(&top, &files);
+    let mut reported = Reported {
+        recorder: recorder.clone(),
+        finished: Vec::new(),
+    };
+    let expected = workload(&top, &files, &mut reported);
+    assert_eq!(
+        reported.finished.len(),
+        5,
+        "four nodes, then the changed one"
+    );
     let log = recorder.log();
     let points = log.ops.len();
     let mut seen = HashSet::new();
-    let mut caches_seen = HashSet::new();
+    let mut resumed = HashSet::new();
     let (mut states, mut distinct, mut exhaustive_points) = (0usize, 0usize, 0usize);
     let mut failures: Vec<String> = Vec::new();
     for point in 0..=points {
@@ -427,27 +475,26 @@ fn every_state_power_loss_can_leave_is_consistent_and_resumes() {
             states += 1;
             // The node pointers (`cache/nodes`) serve estimates only, and the hit index is never used in a
             // state written out here (its records name the recorded files' inodes): states that differ only
-            // there are one state to the checks.
-            if !seen.insert(state.fingerprint(&[
-                "cache/entries",
-                "cache/blobs",
-                "cache/tmp",
-                "results",
-            ])) {
+            // there are one state to the checks. What a following run does depends on the cache and on the
+            // previous run's views, not on the manifests and journals, which the other checks read.
+            let everything = ["cache/entries", "cache/blobs", "cache/tmp", "results"];
+            // Nodes reported finished by now: their entries must be there. A state met again after more
+            // reports is checked again, against them all.
+            let finished: Vec<&String> = reported
+                .finished
+                .iter()
+                .filter(|(at, _)| *at <= point)
+                .map(|(_, key)| key)
+                .collect();
+            if !seen.insert((state.fingerprint(&everything, &[]), finished.len())) {
                 continue;
             }
-            let resume = caches_seen.insert(state.fingerprint(&[
-                "cache/entries",
-                "cache/blobs",
-                "cache/tmp",
-            ]));
+            let resume =
+                resumed.insert(state.fingerprint(&everything, &["manifest.json", "events.jsonl"]));
             distinct += 1;
-            if distinct % 200 == 0 {
-                eprintln!("crash point {point} of {points}: {distinct} distinct states so far");
-            }
             let dir = work.path().join(format!("state-{distinct}"));
             state.materialize(&dir).expect("the state is written out");
-            let problems = check(&dir, &expected, resume);
+            let problems = check(&dir, &expected, &finished, resume);
             if !problems.is_empty() && failures.len() < 10 {
                 let failure = format!(
                     "after operation {point} of {points} ({:?}):\n  {}",
@@ -463,9 +510,9 @@ fn every_state_power_loss_can_leave_is_consistent_and_resumes() {
     eprintln!(
         "crash states: {points} operations recorded, {} crash points ({exhaustive_points} enumerated \
          exhaustively; at the others each choice alone and {STATES_PER_POINT} combinations), {states} states, \
-         {distinct} distinct checked, {} distinct caches resumed",
+         {distinct} distinct checked, {} of them resumed",
         points + 1,
-        caches_seen.len()
+        resumed.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(

@@ -9,6 +9,7 @@
 //!   transaction). The others persist as a prefix per directory, independently of other directories: a rename
 //!   into `entries/` may survive while a rename into `blobs/` is lost.
 //! - Names and data are independent: a name may survive whose file lost its unsynced data, and the reverse.
+//! - A `syncfs` makes everything before it durable.
 //!
 //! Every combination of those choices is one crash state; where a crash point has more than `limit`, every
 //! option of each choice is taken alone (with the others at none kept, and at all kept), plus `limit`
@@ -135,13 +136,18 @@ fn dirs_of(op: &Op) -> Option<(Ino, Option<Ino>)> {
         Op::Rename {
             from_dir, to_dir, ..
         } => Some((*to_dir, Some(*from_dir))),
-        Op::Append { .. } | Op::SyncFile { .. } | Op::SyncDir { .. } => None,
+        Op::Append { .. } | Op::SyncFile { .. } | Op::SyncDir { .. } | Op::SyncFs => None,
     }
 }
 
 fn choices(ops: &[Op]) -> Choices {
     let mut last_file_sync: HashMap<Ino, usize> = HashMap::new();
     let mut last_dir_sync: HashMap<Ino, usize> = HashMap::new();
+    // Everything before the last syncfs is durable.
+    let settled = ops
+        .iter()
+        .rposition(|op| matches!(op, Op::SyncFs))
+        .unwrap_or(0);
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::SyncFile { ino } => {
@@ -156,7 +162,7 @@ fn choices(ops: &[Op]) -> Choices {
     let synced_after = |dir: Ino, i: usize| last_dir_sync.get(&dir).is_some_and(|&s| s > i);
     let mut files: BTreeMap<Ino, usize> = BTreeMap::new();
     let mut dirs: BTreeMap<Ino, Vec<usize>> = BTreeMap::new();
-    for (i, op) in ops.iter().enumerate() {
+    for (i, op) in ops.iter().enumerate().skip(settled) {
         if let Op::Append { ino, .. } = op {
             if last_file_sync.get(ino).is_none_or(|&s| s < i) {
                 *files.entry(*ino).or_default() += 1;
@@ -311,17 +317,21 @@ fn apply_name_change(nodes: &mut HashMap<Ino, Node>, op: &Op) {
                 entries.remove(name);
             }
         }
-        Op::Append { .. } | Op::SyncFile { .. } | Op::SyncDir { .. } => {}
+        Op::Append { .. } | Op::SyncFile { .. } | Op::SyncDir { .. } | Op::SyncFs => {}
     }
 }
 
 impl State {
-    /// A hash of what the state holds as seen from the root, for telling equal states apart; only of the paths
-    /// under one of `under` when it names any.
-    pub fn fingerprint(&self, under: &[&str]) -> blake3::Hash {
+    /// A hash of what the state holds as seen from the root, for telling equal states apart: of the paths under
+    /// one of `under`, leaving out files named as one of `except`.
+    pub fn fingerprint(&self, under: &[&str], except: &[&str]) -> blake3::Hash {
         let mut hasher = blake3::Hasher::new();
         self.walk(self.root, &mut Vec::new(), &mut |path, node| {
-            if !under.is_empty() && !under.iter().any(|top| path.starts_with(top)) {
+            if !under.iter().any(|top| path.starts_with(top))
+                || path
+                    .file_name()
+                    .is_some_and(|name| except.iter().any(|e| name == *e))
+            {
                 return;
             }
             hasher.update(path.as_os_str().as_encoded_bytes());

@@ -68,6 +68,8 @@ pub enum Op {
     SyncDir {
         ino: Ino,
     },
+    /// syncfs: everything before it is durable.
+    SyncFs,
 }
 
 /// What the root held when recording began: all of it durable.
@@ -268,6 +270,13 @@ impl FileOps for Recorder {
         if let Some(ino) = self.resolve(&mut log, dir)? {
             log.ops.push(Op::SyncDir { ino });
         }
+        Ok(())
+    }
+
+    fn sync_fs(&self, path: &Path) -> io::Result<()> {
+        let mut log = self.lock();
+        RealFiles.sync_fs(path)?;
+        log.ops.push(Op::SyncFs);
         Ok(())
     }
 
