@@ -1,5 +1,5 @@
 //! No orphans: a SIGKILLed engine takes every process its nodes started with it, whatever they forked (a
-//! compiler driver's own children, a pipeline, a process in a session of its own), and the trampoline between
+//! compiler driver's own children, a pipeline, a process in a session of its own), and the supervisor between
 //! them passes stop signals on and reports the command's own ending.
 
 use std::time::{Duration, Instant};
@@ -170,10 +170,11 @@ fn a_command_killed_by_a_signal_is_reported_as_killed_by_that_signal() {
     assert!(shown.contains("`seven` exited with code 7"), "{shown}");
 }
 
-/// The command a node runs is started through the small `fracflow-exec` built beside `fracflow`, and through
-/// `fracflow __exec` when the binary stands alone (as after `cargo run`, which builds only `fracflow`).
+/// The command a node runs is started under a supervisor forked by the spawner, the small `fracflow-exec`
+/// built beside `fracflow`, and by `fracflow __spawner` when the binary stands alone (as after `cargo run`,
+/// which builds only `fracflow`).
 #[test]
-fn commands_start_through_the_small_trampoline_or_the_commands_own() {
+fn commands_start_through_the_small_spawner_or_the_commands_own() {
     let pipeline = "pipeline: parent\nnodes:\n  who:\n    kind: command\n    outputs: [o]\n    \
                     run: 'tr \"\\000\" \" \" < /proc/$PPID/cmdline > \"$FRACFLOW_OUT/o\"'\n";
     let beside = Sandbox::new();
@@ -183,7 +184,7 @@ fn commands_start_through_the_small_trampoline_or_the_commands_own() {
     let parent = std::fs::read_to_string(beside.results("parent").join("latest/nodes/who/o"))
         .expect("the node's output");
     assert!(
-        parent.contains("fracflow-exec __exec"),
+        parent.contains("fracflow-exec __spawner"),
         "started by {parent:?}"
     );
 
@@ -205,7 +206,7 @@ fn commands_start_through_the_small_trampoline_or_the_commands_own() {
     let parent = std::fs::read_to_string(alone.results("parent").join("latest/nodes/who/o"))
         .expect("the node's output");
     assert!(
-        parent.contains("fracflow __exec") && !parent.contains("fracflow-exec"),
+        parent.contains("fracflow __spawner") && !parent.contains("fracflow-exec"),
         "started by {parent:?}"
     );
 }

@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use crate::support::{Sandbox, text};
 
 /// Every node runs this script: it appends `<node id> <its pid> <engine pid>` to `built.log` beside it (its
-/// parent is the `__exec` trampoline, whose parent is the engine). `src` then holds its key until the test
-/// creates `go`; the `slow` node of the crash case sleeps the first time it runs (until its engine is killed,
-/// when the trampoline kills it).
+/// parent is its supervisor, whose parent is the engine's spawner, whose parent is the engine). `src` then
+/// holds its key until the test creates `go`; the `slow` node of the crash case sleeps the first time it runs
+/// (until its engine is killed, when the supervisor kills it).
 const NODE_SCRIPT: &str = r#"#!/bin/sh
 here=$(dirname "$0")
-engine=$(cut -d' ' -f4 "/proc/$PPID/stat")
+spawner=$(cut -d' ' -f4 "/proc/$PPID/stat")
+engine=$(cut -d' ' -f4 "/proc/$spawner/stat")
 echo "$FRACFLOW_NODE $$ $engine" >> "$here/built.log"
 if [ "$FRACFLOW_NODE" = src ]; then
   i=0

@@ -8,7 +8,7 @@ use fracflow_cli::cli::{Cli, Command};
 use fracflow_cli::commands;
 use fracflow_cli::project::{self, Project};
 use fracflow_cli::{Exit, Result};
-use fracflow_executors::{process, slurm};
+use fracflow_executors::{process, slurm, spawner};
 
 /// A run allocates and frees per node (specs, keys, manifest records); glibc's allocator made that a quarter of
 /// a 10 000-node no-op (`bench/engine_vs_peers.sh`).
@@ -18,14 +18,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     // The hidden verbs run before clap: they are started by the engine, never typed.
-    if args.get(1).map(String::as_str) == Some(process::TRAMPOLINE_VERB) {
-        return commands::exec::run(&args[2..]);
+    if args.get(1).map(String::as_str) == Some(spawner::SPAWNER_VERB) {
+        return spawner::serve(&args[2..]);
     }
     if let Ok(binary) = std::env::current_exe() {
-        // The small trampoline built beside this binary when there is one (`cargo build` makes both; `cargo
-        // run` only this one), otherwise this binary's own hidden verb.
+        // The small spawner built beside this binary when there is one (`cargo build` makes both; `cargo run`
+        // only this one), otherwise this binary's own hidden verb.
         let small = binary.with_file_name("fracflow-exec");
-        process::use_trampoline(if small.is_file() { small } else { binary });
+        process::use_spawner(if small.is_file() { small } else { binary });
     }
     let outcome = if args.get(1).map(String::as_str) == Some(slurm::NODE_EXEC_VERB) {
         commands::node_exec::run(&args[2..])

@@ -610,7 +610,7 @@ pub fn run_fperf(
 
 /// `sudo`/`timeout` as an absolute path, looked up in the child's PATH (`spawn_env` first, else ours).
 /// Needed because the process helper hands duct a `PathBuf`, which duct reads as `./name` when no
-/// trampoline is installed (library use and tests), and because the child's PATH is the one that should
+/// spawner is installed (library use and tests), and because the child's PATH is the one that should
 /// decide.
 fn resolve_program(name: &str, spawn_env: &[(String, String)]) -> io::Result<PathBuf> {
     if name.contains('/') {

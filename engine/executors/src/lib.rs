@@ -15,11 +15,12 @@ pub mod remote;
 pub mod report;
 pub mod slotcheck;
 pub mod slurm;
+pub mod spawner;
 pub mod sudo;
+pub mod supervisor;
 pub mod testbed;
 pub mod testbed_check;
 pub mod trace_input;
-pub mod trampoline;
 
 use std::collections::BTreeMap;
 

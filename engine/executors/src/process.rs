@@ -1,14 +1,18 @@
-//! The one place fracflow starts processes: own process group, its whole tree dies with the engine (through
-//! [`crate::trampoline`]), stderr to the node's log, stdout captured, timeout and cancellation with SIGINT →
+//! The one place fracflow starts processes: own process group, its whole tree dies with the engine (each
+//! command runs under a supervisor the engine's spawner forks, see [`crate::spawner`] and
+//! [`crate::supervisor`]), stderr to the node's log, stdout captured, timeout and cancellation with SIGINT →
 //! SIGTERM → SIGKILL escalation.
 
 use std::fs::{File, OpenOptions};
-use std::io;
-use std::os::unix::process::CommandExt;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fracflow_core::Cancel;
+
+use crate::spawner::{self, Supervised};
+use crate::supervisor::{Ended, STOP_ALL};
 
 /// Grace periods between the stop signals, as the artifact's `run.py` uses them.
 #[derive(Debug, Clone, Copy)]
@@ -26,27 +30,28 @@ impl Default for Grace {
     }
 }
 
-/// The argument that makes the `fracflow` binary act as the trampoline (see [`crate::trampoline`]).
-pub const TRAMPOLINE_VERB: &str = "__exec";
+static SPAWNER_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-static TRAMPOLINE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-/// Starts every later child through `binary __exec PPID PROGRAM ARGS…` (`binary` is the small `fracflow-exec`
-/// when it was built beside `fracflow`, else `fracflow` itself), the supervisor in [`crate::trampoline`]
-/// that kills the child's whole process tree when the engine dies. Without it (a library user), children are
-/// started directly and may outlive a killed engine. A trampoline, rather than a `pre_exec` hook, because a hook
-/// forces `fork()`, which copies the engine's page tables on every spawn: 15 ms per node with 10 000 nodes
-/// loaded, against posix_spawn's constant cost.
-pub fn use_trampoline(binary: PathBuf) {
-    let _ = TRAMPOLINE.set(binary);
+/// Starts every later command under a supervisor forked by a spawner started from `binary` (`binary
+/// __spawner PID`: the small `fracflow-exec` when it was built beside `fracflow`, else `fracflow` itself), so
+/// that the command's whole process tree dies with the engine. Without it (a library user), commands are
+/// started directly and may outlive a killed engine. Not a `pre_exec` hook: a hook forces `fork()` of the
+/// engine, which copies its page tables on every spawn (15 ms per node with 10 000 nodes loaded); the spawner
+/// forks itself, a small process, instead.
+pub fn use_spawner(binary: PathBuf) {
+    let _ = SPAWNER_BINARY.set(binary);
 }
 
-/// How long the trampoline gets to kill its tree after [`crate::trampoline::STOP_ALL`] before the engine
-/// SIGKILLs it; killing and reaping a tree takes milliseconds.
+/// How long the supervisor gets to kill its tree after [`STOP_ALL`] before the engine SIGKILLs it; killing
+/// and reaping a tree takes milliseconds.
 const STOP_ALL_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a waiting node looks at its cancel flag; the child's exit itself wakes the wait at once.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// How long output still arriving after the command ended is read: its tree is dead by then, so the pipe
+/// closes at once unless a process escaped it.
+const DRAIN_AFTER_END: Duration = Duration::from_secs(2);
 
 /// How a finished process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +60,17 @@ pub enum Ending {
     Signalled(i32),
     TimedOut,
     Cancelled,
+}
+
+impl From<Ended> for Ending {
+    fn from(ended: Ended) -> Ending {
+        match ended {
+            Ended::Exited(code) => Ending::Exited(code),
+            Ended::Signalled(signal) => Ending::Signalled(signal),
+            // The shell's code for a command that could not be run.
+            Ended::NotStarted => Ending::Exited(127),
+        }
+    }
 }
 
 /// How a process ended and what it printed on stdout.
@@ -104,105 +120,315 @@ pub fn ask(program: &str, args: &[&str]) -> Result<Answer, String> {
         .map_err(|e| format!("cannot run {program}: {e}"))
 }
 
-/// The process as a duct expression: the trampoline, the full environment, stdin closed, stderr appended to
-/// the log, its own process group. Stdout is the caller's choice.
-fn expression(spawn: &Spawn) -> io::Result<duct::Expression> {
-    // An OsString, not a PathBuf: duct runs a relative *path* from the working directory (`make` would become
-    // `./make`), while a plain name is looked up on PATH as a shell would.
-    let (program, args): (std::ffi::OsString, Vec<String>) = match TRAMPOLINE.get() {
-        Some(trampoline) => {
-            let mut args = vec![TRAMPOLINE_VERB.to_owned(), std::process::id().to_string()];
-            args.push(spawn.program.display().to_string());
-            args.extend(spawn.args.iter().cloned());
-            (trampoline.clone().into_os_string(), args)
-        }
-        None => (spawn.program.clone().into_os_string(), spawn.args.clone()),
-    };
-    // One full environment, not one `.env()` per variable: each `.env()` wraps the expression once more, and a
-    // node with thousands of variables overflowed a thread's stack starting that nested expression.
+/// The process's full environment: the engine's, with the spawn's own variables over it. One list, not one
+/// `.env()` per variable: each `.env()` wraps a duct expression once more, and a node with thousands of
+/// variables overflowed a thread's stack starting that nested expression.
+fn environment(spawn: &Spawn) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut environment: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString> =
         std::env::vars_os().collect();
     environment.extend(spawn.env.iter().map(|(k, v)| (k.into(), v.into())));
-    let expression = duct::cmd(&program, &args)
-        .dir(&spawn.cwd)
-        .stdin_null()
-        .stderr_file(append(&spawn.log)?)
-        .unchecked()
-        .full_env(environment);
-    Ok(expression.before_spawn(|command| {
-        // Own process group: stop signals reach a whole pipeline, and a terminal's Ctrl-C reaches it only
-        // through us, so the escalation below is the one policy. (posix_spawn supports this, so no fork.)
-        command.process_group(0);
+    environment.into_iter().collect()
+}
+
+/// A started process: under a supervisor of the spawner, or (without one) a direct child.
+enum Child {
+    Supervised(Supervised),
+    Direct(Box<duct::Handle>),
+}
+
+impl std::fmt::Debug for Child {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Child::Supervised(supervised) => write!(f, "Supervised({})", supervised.pid),
+            Child::Direct(handle) => write!(f, "Direct({:?})", handle.pids()),
+        }
+    }
+}
+
+impl Child {
+    /// Starts `spawn` with `stdout` as its standard output.
+    fn start(spawn: &Spawn, stdout: OwnedFd) -> io::Result<Child> {
+        let environment = environment(spawn);
+        match SPAWNER_BINARY.get() {
+            Some(binary) => {
+                let request = spawner::Request {
+                    program: spawn.program.as_os_str(),
+                    args: &spawn.args,
+                    env: &environment,
+                    cwd: &spawn.cwd,
+                    stdin: File::open("/dev/null")?.into(),
+                    stdout,
+                    stderr: append(&spawn.log)?.into(),
+                };
+                spawner::start(binary, request).map(Child::Supervised)
+            }
+            None => {
+                // An OsString, not a PathBuf: duct runs a relative *path* from the working directory (`make`
+                // would become `./make`), while a plain name is looked up on PATH as a shell would.
+                let program = spawn.program.clone().into_os_string();
+                let handle = duct::cmd(&program, &spawn.args)
+                    .dir(&spawn.cwd)
+                    .stdin_null()
+                    .stdout_file(File::from(stdout))
+                    .stderr_file(append(&spawn.log)?)
+                    .unchecked()
+                    .full_env(environment)
+                    .before_spawn(|command| {
+                        // Own process group: stop signals reach a whole pipeline. (posix_spawn supports this,
+                        // so no fork.)
+                        std::os::unix::process::CommandExt::process_group(command, 0);
+                        Ok(())
+                    })
+                    .start()?;
+                Ok(Child::Direct(Box::new(handle)))
+            }
+        }
+    }
+
+    /// How it ended, waiting at most `limit`.
+    fn wait_timeout(&self, limit: Duration) -> io::Result<Option<Ending>> {
+        match self {
+            Child::Supervised(supervised) => Ok(supervised.wait_timeout(limit)?.map(Ending::from)),
+            Child::Direct(handle) => Ok(handle
+                .wait_timeout(limit)?
+                .map(|output| ending_of(output.status))),
+        }
+    }
+
+    /// Sends a stop signal: to the supervisor, which passes it on (or, on [`STOP_ALL`], kills the tree), or to
+    /// a direct child's process group.
+    fn signal(&self, signal: libc::c_int) {
+        match self {
+            Child::Supervised(supervised) => supervised.signal(signal),
+            Child::Direct(handle) => {
+                for &pid in &handle.pids() {
+                    // SAFETY: killpg only sends a signal; the group is our own child's (process_group(0)).
+                    unsafe {
+                        libc::killpg(pid as libc::pid_t, signal);
+                    }
+                }
+            }
+        }
+    }
+
+    fn supervised(&self) -> bool {
+        matches!(self, Child::Supervised(_))
+    }
+}
+
+/// A process and the read end of its stdout, read while it runs so that it never blocks on a full pipe.
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    stdout: Option<File>,
+    captured: Vec<u8>,
+}
+
+impl Running {
+    /// Waits up to `limit` for the process to end, reading what it prints meanwhile.
+    fn pump(&mut self, limit: Duration) -> io::Result<Option<Ending>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let step = left.min(CANCEL_POLL);
+            if self
+                .stdout
+                .as_ref()
+                .map(|out| spawner::readable(out, Duration::ZERO))
+                .transpose()?
+                == Some(true)
+            {
+                self.read_some()?;
+                continue;
+            }
+            let waited = match &self.stdout {
+                // Both at once: output or the ending, whichever comes first.
+                Some(out) => wait_either(&self.child, out, step)?,
+                None => self.child.wait_timeout(step)?,
+            };
+            if let Some(ending) = waited {
+                return Ok(Some(ending));
+            }
+            if left.is_zero() {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits for the end, whatever it takes.
+    fn wait(&mut self) -> io::Result<Ending> {
+        loop {
+            if let Some(ending) = self.pump(Duration::from_secs(3600))? {
+                return Ok(ending);
+            }
+        }
+    }
+
+    /// What it printed, including what is still in the pipe once it ended.
+    fn output(mut self) -> io::Result<Vec<u8>> {
+        let deadline = Instant::now() + DRAIN_AFTER_END;
+        while let Some(out) = &self.stdout {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !spawner::readable(out, left)? {
+                break;
+            }
+            self.read_some()?;
+        }
+        Ok(self.captured)
+    }
+
+    /// Reads what is in the stdout pipe; at its end, forgets it.
+    fn read_some(&mut self) -> io::Result<()> {
+        let Some(out) = &mut self.stdout else {
+            return Ok(());
+        };
+        let mut chunk = [0u8; 64 * 1024];
+        match out.read(&mut chunk) {
+            Ok(0) => self.stdout = None,
+            Ok(n) => self.captured.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
         Ok(())
-    }))
+    }
+
+    /// SIGINT, then SIGTERM, then (under a supervisor) the order to kill the tree, then SIGKILL, each after its
+    /// grace period; returns once the process has ended.
+    fn stop(&mut self, grace: Grace) -> io::Result<()> {
+        let mut steps = vec![
+            (libc::SIGINT, grace.after_interrupt),
+            (libc::SIGTERM, grace.after_terminate),
+        ];
+        if self.child.supervised() {
+            // SIGKILL would end the supervisor alone and leave what the command forked; this asks it to kill
+            // the whole tree first.
+            steps.push((STOP_ALL, STOP_ALL_GRACE));
+        }
+        for (signal, wait) in steps {
+            self.child.signal(signal);
+            if self.pump(wait)?.is_some() {
+                return Ok(());
+            }
+        }
+        self.child.signal(libc::SIGKILL);
+        self.wait().map(|_| ())
+    }
+}
+
+/// Waits up to `limit` for output on `out` or for the child's end; the ending when it came.
+fn wait_either(child: &Child, out: &File, limit: Duration) -> io::Result<Option<Ending>> {
+    match child {
+        Child::Supervised(supervised) => {
+            let status = supervised.status_fd();
+            // SAFETY: the supervised child owns its status pipe for longer than this call.
+            let status = unsafe { std::os::fd::BorrowedFd::borrow_raw(status) };
+            let mut fds = [
+                rustix::event::PollFd::new(out, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&status, rustix::event::PollFlags::IN),
+            ];
+            let timeout = rustix::event::Timespec {
+                tv_sec: limit.as_secs() as i64,
+                tv_nsec: i64::from(limit.subsec_nanos()),
+            };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if fds[1].revents().is_empty() {
+                return Ok(None);
+            }
+            supervised
+                .wait_timeout(Duration::ZERO)
+                .map(|ended| ended.map(Ending::from))
+        }
+        Child::Direct(_) => {
+            if spawner::readable(out, limit)? {
+                return Ok(None);
+            }
+            child.wait_timeout(Duration::ZERO)
+        }
+    }
+}
+
+/// A pipe for a process's stdout: the read end (ours) and the write end (its).
+fn stdout_pipe() -> io::Result<(File, OwnedFd)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok((File::from(read), write))
 }
 
 /// A process left running (a server for the length of a measurement), its stdout going to a file.
 #[derive(Debug)]
 pub struct Background {
-    handle: duct::Handle,
+    running: Running,
     grace: Grace,
 }
 
 impl Background {
     /// Starts `spawn` without waiting (its `timeout` is not applied); stdout is written to `stdout`.
     pub fn start(spawn: &Spawn, stdout: &Path) -> io::Result<Background> {
-        let handle = expression(spawn)?.stdout_path(stdout).start()?;
+        let file = File::create(stdout)?;
+        let child = Child::start(spawn, file.as_fd().try_clone_to_owned()?)?;
         Ok(Background {
-            handle,
+            running: Running {
+                child,
+                stdout: None,
+                captured: Vec::new(),
+            },
             grace: spawn.grace,
         })
     }
 
     /// How it ended, once it has.
     pub fn ended(&self) -> io::Result<Option<Ending>> {
-        Ok(self
-            .handle
-            .try_wait()?
-            .map(|output| ending_of(output.status)))
+        self.running.child.wait_timeout(Duration::ZERO)
     }
 
     /// Waits up to `limit` for it to end by itself.
     pub fn wait_for(&self, limit: Duration) -> io::Result<Option<Ending>> {
-        Ok(self
-            .handle
-            .wait_timeout(limit)?
-            .map(|output| ending_of(output.status)))
+        self.running.child.wait_timeout(limit)
     }
 
     /// Stops it with the usual escalation (SIGINT, SIGTERM, SIGKILL to its group) unless it already ended.
-    pub fn stop(self) -> io::Result<Ending> {
+    pub fn stop(mut self) -> io::Result<Ending> {
         if let Some(ending) = self.ended()? {
             return Ok(ending);
         }
-        stop_group(&self.handle.pids(), self.grace, &self.handle)?;
+        self.running.stop(self.grace)?;
         Ok(self.ended()?.unwrap_or(Ending::Cancelled))
     }
 }
 
 /// Runs the process to its end, a timeout or cancellation; never leaves it running.
 pub fn run(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
-    let expression = expression(spawn)?.stdout_capture();
-    let handle = expression.start()?;
+    let (out, theirs) = stdout_pipe()?;
+    let child = Child::start(spawn, theirs)?;
+    let mut running = Running {
+        child,
+        stdout: Some(out),
+        captured: Vec::new(),
+    };
     let started = Instant::now();
     loop {
-        if let Some(output) = handle.wait_timeout(CANCEL_POLL)? {
+        if let Some(ending) = running.pump(CANCEL_POLL)? {
             return Ok(Finished {
-                ending: ending_of(output.status),
-                stdout: output.stdout.clone(),
+                ending,
+                stdout: running.output()?,
             });
         }
         let timed_out = spawn
             .timeout
             .is_some_and(|limit| started.elapsed() >= limit);
         if timed_out || cancel.is_cancelled() {
-            let stdout = stop_group(&handle.pids(), spawn.grace, &handle)?;
+            running.stop(spawn.grace)?;
             let ending = if timed_out {
                 Ending::TimedOut
             } else {
                 Ending::Cancelled
             };
-            return Ok(Finished { ending, stdout });
+            return Ok(Finished {
+                ending,
+                stdout: running.output()?,
+            });
         }
     }
 }
@@ -216,44 +442,12 @@ fn ending_of(status: std::process::ExitStatus) -> Ending {
     }
 }
 
-/// SIGINT, then SIGTERM, then SIGKILL to the children's process groups, each after its grace period;
-/// returns what the process printed until it ended.
-fn stop_group(pids: &[u32], grace: Grace, handle: &duct::Handle) -> io::Result<Vec<u8>> {
-    let signal_all = |signal: i32| {
-        for &pid in pids {
-            // SAFETY: killpg only sends a signal; the group id is our own child's (process_group(0) above).
-            unsafe {
-                libc::killpg(pid as libc::pid_t, signal);
-            }
-        }
-    };
-    for (signal, wait) in [
-        (libc::SIGINT, grace.after_interrupt),
-        (libc::SIGTERM, grace.after_terminate),
-    ] {
-        signal_all(signal);
-        if let Some(output) = handle.wait_timeout(wait)? {
-            return Ok(output.stdout.clone());
-        }
-    }
-    if TRAMPOLINE.get().is_some() {
-        // SIGKILL would end the trampoline alone and leave what the command forked; this asks it to kill the
-        // whole tree first.
-        signal_all(crate::trampoline::STOP_ALL);
-        if let Some(output) = handle.wait_timeout(STOP_ALL_GRACE)? {
-            return Ok(output.stdout.clone());
-        }
-    }
-    signal_all(libc::SIGKILL);
-    Ok(handle.wait()?.stdout.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_bare_program_name_is_found_on_path_without_the_trampoline() -> io::Result<()> {
+    fn a_bare_program_name_is_found_on_path_without_the_spawner() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let spawn = Spawn {
             program: PathBuf::from("echo"),

@@ -8,7 +8,6 @@ pub mod completions;
 pub mod cpu_server;
 pub mod device;
 pub mod diff;
-pub mod exec;
 pub mod export;
 pub mod graph;
 pub mod logs;

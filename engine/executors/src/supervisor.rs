@@ -1,38 +1,45 @@
-//! The trampoline every node command starts through, `fracflow __exec PPID PROGRAM ARGS…`: a small supervisor
-//! that makes the command's whole process tree die with the engine, whatever it forks.
-//!
-//! The engine posix_spawns the trampoline (see [`crate::process`] for why not a `pre_exec` hook). The trampoline
-//! then
+//! The supervisor every node command runs under: forked by the spawner (see [`crate::spawner`]) for each
+//! command, it makes the command's whole process tree die with the engine, whatever it forks. It
 //! - becomes a child subreaper, so every descendant orphaned below it (a compiler driver's `cc1plus`, a
 //!   pipeline's members, a process that called `setsid`) is re-parented to it rather than to init;
-//! - asks for [`STOP_ALL`] when the engine dies (`PR_SET_PDEATHSIG`), a signal it can catch, unlike SIGKILL;
+//! - asks for [`STOP_ALL`] when its parent, the spawner, dies (`PR_SET_PDEATHSIG`) — the spawner dies with the
+//!   engine — a signal it can catch, unlike SIGKILL;
 //! - starts the program in a process group of its own and waits for it;
 //! - forwards the engine's stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to that group;
 //! - on [`STOP_ALL`] (the engine died, or its last escalation step), or once the program has ended, kills the
-//!   group and every descendant still alive, reaps them all, and ends the way the program ended: the same exit
-//!   code, or death by the same signal.
+//!   group and every descendant still alive, reaps them all, and reports how the program ended.
 
 use std::io;
 use std::os::unix::process::CommandExt;
 
-/// What the trampoline is sent when the engine dies (its parent-death signal), and what the engine sends as its
-/// last stop step: kill the command's whole tree now.
+/// What the supervisor is sent when the spawner, and so the engine, dies (its parent-death signal), and what
+/// the engine sends as its last stop step: kill the command's whole tree now.
 pub const STOP_ALL: libc::c_int = libc::SIGUSR1;
 
-/// Stop signals the engine sends (or a user might) that the trampoline passes on to the command's group.
+/// Stop signals the engine sends (or a user might) that the supervisor passes on to the command's group.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// How often the trampoline looks for an ended child even without a SIGCHLD (a backstop, not the mechanism).
+/// How often the supervisor looks for an ended child even without a SIGCHLD (a backstop, not the mechanism).
 const REAP_BACKSTOP: libc::timespec = libc::timespec {
     tv_sec: 1,
     tv_nsec: 0,
 };
 
-/// Runs `program` under supervision and returns its exit code; when it died by a signal, the trampoline dies by
-/// that signal too and does not return. An error means the program could not be started.
-pub fn supervise(expected_parent: u32, program: &str, args: &[String]) -> io::Result<u8> {
+/// How a supervised command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signalled(i32),
+    /// It could not be started (the reason is on its stderr).
+    NotStarted,
+}
+
+/// Runs `command` under supervision until it ends, or until [`STOP_ALL`] or the death of `expected_parent`
+/// (then its tree is killed and it counts as killed by SIGKILL). An error means the supervision could not be
+/// set up or the program could not be started.
+pub fn supervise(expected_parent: u32, mut command: std::process::Command) -> io::Result<Ended> {
     let watched = signal_set(&[&FORWARDED[..], &[STOP_ALL, libc::SIGCHLD]].concat());
-    // SAFETY: plain libc calls on a sigset we own; no memory is shared with other threads (there are none yet).
+    // SAFETY: plain libc calls on a sigset we own; no memory is shared with other threads (there are none).
     unsafe {
         // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
         check(libc::pthread_sigmask(
@@ -47,18 +54,17 @@ pub fn supervise(expected_parent: u32, program: &str, args: &[String]) -> io::Re
         {
             return Err(io::Error::last_os_error());
         }
-        // The engine may have died between spawning us and the prctl above: then we were re-parented.
+        // The parent may have died between starting us and the prctl above: then we were re-parented.
         if libc::getppid() as u32 != expected_parent {
             return Err(io::Error::other(
                 "the engine exited before the command started",
             ));
         }
     }
-    let mut command = std::process::Command::new(program);
-    command.args(args).process_group(0);
+    command.process_group(0);
     // SAFETY: the hook runs between fork and exec and calls only pthread_sigmask, which is async-signal-safe.
     // The blocked mask is inherited across exec and std does not reset it; a program that started with SIGTERM
-    // blocked would ignore it. (This fork is of the trampoline, a small process, not of the engine.)
+    // blocked would ignore it. (This fork is of the supervisor, a small process, not of the engine.)
     unsafe {
         command.pre_exec(|| {
             let none = signal_set(&[]);
@@ -85,11 +91,10 @@ pub fn supervise(expected_parent: u32, program: &str, args: &[String]) -> io::Re
             break;
         }
         // SAFETY: getppid has no preconditions.
-        let engine_alive = unsafe { libc::getppid() as u32 == expected_parent };
-        if signal == STOP_ALL || !engine_alive {
+        let parent_alive = unsafe { libc::getppid() as u32 == expected_parent };
+        if signal == STOP_ALL || !parent_alive {
             kill_tree(child, &mut ended);
-            die_by(libc::SIGKILL);
-            return Ok(137);
+            return Ok(Ended::Signalled(libc::SIGKILL));
         }
         if FORWARDED.contains(&signal) {
             // SAFETY: killpg only sends a signal, to the child's own group (process_group(0) above).
@@ -98,15 +103,11 @@ pub fn supervise(expected_parent: u32, program: &str, args: &[String]) -> io::Re
             }
         }
     }
-    match ended {
-        Some(status) if libc::WIFSIGNALED(status) => {
-            let signal = libc::WTERMSIG(status);
-            die_by(signal);
-            Ok(128u8.saturating_add(signal as u8))
-        }
-        Some(status) if libc::WIFEXITED(status) => Ok(libc::WEXITSTATUS(status) as u8),
-        _ => Ok(1),
-    }
+    Ok(match ended {
+        Some(status) if libc::WIFSIGNALED(status) => Ended::Signalled(libc::WTERMSIG(status)),
+        Some(status) if libc::WIFEXITED(status) => Ended::Exited(libc::WEXITSTATUS(status)),
+        _ => Ended::Exited(1),
+    })
 }
 
 fn check(code: libc::c_int) -> io::Result<()> {
@@ -144,7 +145,7 @@ fn reap_ended(child: libc::pid_t, ended: &mut Option<libc::c_int>) {
     }
 }
 
-/// SIGKILLs the program's group and every process below the trampoline, round after round, until it has no child
+/// SIGKILLs the program's group and every process below the supervisor, round after round, until it has no child
 /// left. Each round kills the direct children; what they had started is re-parented here (we are a subreaper)
 /// and killed in the next round, so a process that forks while we kill cannot escape.
 fn kill_tree(child: libc::pid_t, ended: &mut Option<libc::c_int>) {
@@ -202,24 +203,6 @@ fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 1..];
     after_name.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Ends the trampoline by `signal`, so the engine sees the program's own ending; returns only if the signal did
-/// not end it.
-fn die_by(signal: libc::c_int) {
-    // SAFETY: resetting a disposition, unblocking and raising a signal at ourselves; a core limit of zero keeps a
-    // SIGSEGV passed on this way from writing a core of the trampoline.
-    unsafe {
-        let no_core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-        libc::signal(signal, libc::SIG_DFL);
-        let only = signal_set(&[signal]);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
-        libc::raise(signal);
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The engine's latency per node on a chain's critical path, against ninja in the same run: an N-node chain
+# whose every node writes its own output (`echo i > out`), first run, ROUNDS rounds alternating fracflow and
+# ninja (Debian ninja-build). Prints seconds per round, the median milliseconds per node of each, the ratio,
+# and fracflow's per-node cost beyond ninja's. With BASE=/path/to/an/older/fracflow, that binary runs in the
+# same rounds too (an A/B of two builds under the same machine load).
+# Usage: bench/chain_latency.sh [N] [ROUNDS]   (default 2000 nodes, 3 rounds)
+set -euo pipefail
+nodes=${1:-2000}
+rounds=${2:-3}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
+cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
+fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$nodes" "$work" <<'PY'
+import sys
+n, d = int(sys.argv[1]), sys.argv[2]
+y = ["pipeline: chain", "nodes:"]
+for i in range(n):
+    y.append(f"  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} > \"$FRACFLOW_OUT/o\"'")
+    if i:
+        y.append(f"    deps: [n{i - 1}]")
+open(f"{d}/chain.yaml", "w").write("\n".join(y) + "\n")
+nj = ["rule t", "  command = echo $id > $out", ""]
+for i in range(n):
+    nj.append(f"build o/{i}: t" + (f" | o/{i - 1}" if i else "") + f"\n  id = {i}")
+open(f"{d}/build.ninja", "w").write("\n".join(nj) + "\n")
+PY
+now() { date +%s.%N; }
+first_run() { # label binary|ninja -> seconds of a first run in a fresh project
+  local dir=$work/$1-$RANDOM t0 t1
+  mkdir -p "$dir/pipelines" "$dir/hw/testbeds"
+  printf 'kind: emulated\n' > "$dir/hw/testbeds/emulated.yaml"
+  cp "$work/chain.yaml" "$dir/pipelines/"
+  cp "$work/build.ninja" "$dir/"
+  cd "$dir"
+  t0=$(now)
+  if [ "$2" = ninja ]; then
+    ninja -j2 >/dev/null
+  else
+    FRACFLOW_ROOT=$dir FRACFLOW_LOCK_DIR=$dir/locks "$2" run chain --jobs 2 >/dev/null 2>&1
+  fi
+  t1=$(now)
+  cd "$repo"
+  rm -rf "$dir"
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'
+}
+labels=(ninja fracflow)
+[ -n "${BASE:-}" ] && labels+=(base)
+declare -A times
+for ((r = 1; r <= rounds; r++)); do
+  for label in "${labels[@]}"; do
+    case $label in ninja) bin=ninja ;; fracflow) bin=$fracflow ;; base) bin=$BASE ;; esac
+    times[$label]+="$(first_run "$label" "$bin") "
+  done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+printf 'chain of %s nodes, first run, %s rounds; load before: %s\n' "$nodes" "$rounds" "$(cut -d' ' -f1-3 /proc/loadavg)"
+n=$(echo "${times[ninja]}" | median)
+for label in "${labels[@]}"; do
+  m=$(echo "${times[$label]}" | median)
+  awk -v l="$label" -v s="${times[$label]}" -v m="$m" -v n="$n" -v k="$nodes" \
+    'BEGIN { printf "%-9s seconds: %s  median %.3f s = %.2f ms/node; %.2fx ninja; %+.2f ms/node beyond ninja\n", l, s, m, 1000 * m / k, m / n, 1000 * (m - n) / k }'
+done
