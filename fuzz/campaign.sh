@@ -33,10 +33,12 @@ for target in "${targets[@]}"; do
     -runs="$RUNS" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=30 \
     > "logs/$target.log" 2>&1 || true
   # libFuzzer's own count of seconds (the wall time also holds the build); a crashed run has only the wall time.
-  took=$(grep -o 'Done [0-9]* runs in [0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1)
+  # A figure missing from the log is no reason to stop: under `pipefail` a grep that finds nothing would end the
+  # script (`set -e`) before the crashed target's row and the targets after it, hence `|| true`.
+  took=$(grep -o 'Done [0-9]* runs in [0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1 || true)
   took=${took:-"≤$(( $(date +%s) - start ))"}
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "logs/$target.log" | tail -1 | grep -o '[0-9]*')
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1 || true)
+  cov=$(grep -o 'cov: [0-9]*' "logs/$target.log" | tail -1 | grep -o '[0-9]*' || true)
   crashes=$(( $(ls "artifacts/$target" | wc -l) - before ))
   printf '| %s | %s | %s | %s | %s |\n' "$target" "${execs:-?}" "$took" "${cov:-?}" "$crashes"
 done
