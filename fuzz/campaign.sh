@@ -2,6 +2,7 @@
 # Runs fuzz targets one after another, each for at most RUNS executions or SECONDS seconds (the first reached),
 # and prints one table row per target: executions, seconds, coverage (libFuzzer's `cov:`, edges) and the crash
 # artifacts it left. New inputs go to work/<target>/ (not committed); the committed corpus is read, never written.
+# A target with a dictionary (dicts/<target>.dict) is given it.
 #
 #   fuzz/campaign.sh                      # every target, 1 000 000 runs or 900 s each
 #   SECONDS_EACH=60 fuzz/campaign.sh trace_csv proto_reassembly
@@ -27,10 +28,14 @@ printf '| target | executions | seconds | edges (cov) | crashes |\n|---|---|---|
 for target in "${targets[@]}"; do
   mkdir -p "work/$target" "artifacts/$target"
   before=$(ls "artifacts/$target" | wc -l)
+  dict=()
+  if [ -f "dicts/$target.dict" ]; then
+    dict=(-dict="dicts/$target.dict")
+  fi
   start=$(date +%s)
   # A crash ends the run with a non-zero status; the table still records it.
   cargo +nightly fuzz run "${FLAGS[@]}" "$target" "work/$target" "corpus/$target" -- \
-    -runs="$RUNS" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=30 \
+    -runs="$RUNS" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=30 "${dict[@]}" \
     > "logs/$target.log" 2>&1 || true
   # libFuzzer's own count of seconds (the wall time also holds the build); a crashed run has only the wall time.
   # A figure missing from the log is no reason to stop: under `pipefail` a grep that finds nothing would end the
