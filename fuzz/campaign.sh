@@ -25,9 +25,22 @@ fi
 cargo +nightly fuzz build "${FLAGS[@]}"
 mkdir -p logs
 printf '| target | executions | seconds | edges (cov) | crashes |\n|---|---|---|---|---|\n'
+# How many of a target's artifacts match any of the patterns. libFuzzer names a crash, leak, timeout or
+# out-of-memory input by its kind; a `slow-unit-` input (one run over 10 s) is no crash, and is counted apart.
+findings() {
+  local target=$1
+  shift
+  local pattern count=0
+  for pattern in "$@"; do
+    count=$(( count + $(find "artifacts/$target" -maxdepth 1 -type f -name "$pattern" | wc -l) ))
+  done
+  echo "$count"
+}
+
 for target in "${targets[@]}"; do
   mkdir -p "work/$target" "artifacts/$target"
-  before=$(ls "artifacts/$target" | wc -l)
+  before=$(findings "$target" 'crash-*' 'leak-*' 'timeout-*' 'oom-*')
+  slow_before=$(findings "$target" 'slow-unit-*')
   dict=()
   if [ -f "dicts/$target.dict" ]; then
     dict=(-dict="dicts/$target.dict")
@@ -44,6 +57,10 @@ for target in "${targets[@]}"; do
   took=${took:-"≤$(( $(date +%s) - start ))"}
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$target.log" | grep -o '[0-9]*$' | tail -1 || true)
   cov=$(grep -o 'cov: [0-9]*' "logs/$target.log" | tail -1 | grep -o '[0-9]*' || true)
-  crashes=$(( $(ls "artifacts/$target" | wc -l) - before ))
+  crashes=$(( $(findings "$target" 'crash-*' 'leak-*' 'timeout-*' 'oom-*') - before ))
+  slow=$(( $(findings "$target" 'slow-unit-*') - slow_before ))
+  if [ "$slow" -gt 0 ]; then
+    crashes="$crashes ($slow slow unit)"
+  fi
   printf '| %s | %s | %s | %s | %s |\n' "$target" "${execs:-?}" "$took" "${cov:-?}" "$crashes"
 done
