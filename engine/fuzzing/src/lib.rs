@@ -23,7 +23,7 @@ pub use fperf::{fperf_console, fperf_hugepage};
 pub use hw::{hw_shell, hw_unit, testbed_profile};
 pub use pipeline::pipeline_load;
 pub use proto::{proto_controller, proto_reassembly};
-pub use samples::samples_parquet;
+pub use samples::{let_parquet_panics_unwind, samples_parquet};
 pub use scratch::remove_scratch;
 pub use tools::{host_facts, metric_extract, scontrol_show_job, trace_csv};
 

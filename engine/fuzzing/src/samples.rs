@@ -2,6 +2,7 @@
 //! a run directory someone edited).
 
 use std::collections::BTreeMap;
+use std::path::{Component, Path};
 
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, Table, aggregate};
 
@@ -72,5 +73,56 @@ pub fn samples_parquet(data: &[u8]) {
             median >= low - slack && median <= high + slack,
             "median {median} µs outside [{low}, {high}]"
         );
+    }
+}
+
+/// For the libFuzzer build of `samples_parquet`, called once after libfuzzer-sys installed its panic hook (which
+/// aborts at every panic, before any `catch_unwind` can see it): a panic raised inside the `parquet` crate
+/// unwinds instead, silently, so that the readers' guard ([`fracflow_record::samples::next_batch`]) makes it the
+/// file's error as it does in fracflow. Every other panic still goes to libFuzzer's hook. A parquet panic that no
+/// guard catches still ends the run: libfuzzer-sys aborts on any panic that leaves the target (without a
+/// message then; the stable replay of the input prints it).
+pub fn let_parquet_panics_unwind() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info
+            .location()
+            .is_some_and(|at| in_parquet_crate(Path::new(at.file())))
+        {
+            previous(info);
+        }
+    }));
+}
+
+/// Whether a source path is the `parquet` crate's, as Cargo unpacks it (`…/parquet-60.1.0/src/…`); not
+/// `polars-parquet`'s, which no guard covers.
+fn in_parquet_crate(file: &Path) -> bool {
+    file.components().any(|part| match part {
+        Component::Normal(name) => name
+            .to_str()
+            .and_then(|name| name.strip_prefix("parquet-"))
+            .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit())),
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_parquet_crates_sources_count_as_parquet() {
+        let registry = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        assert!(in_parquet_crate(Path::new(&format!(
+            "{registry}/parquet-60.1.0/src/column/reader/decoder.rs"
+        ))));
+        for elsewhere in [
+            format!("{registry}/polars-parquet-0.55.2/src/parquet/read/mod.rs"),
+            format!("{registry}/parquet-format-safe-0.2.4/src/lib.rs"),
+            "engine/client/src/samples.rs".to_owned(),
+            "engine/fuzzing/src/parquet-like/mod.rs".to_owned(),
+        ] {
+            assert!(!in_parquet_crate(Path::new(&elsewhere)), "{elsewhere}");
+        }
     }
 }
