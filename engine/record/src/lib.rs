@@ -3,6 +3,7 @@
 //! metrics), and the atomic write they share.
 
 pub mod atomic;
+pub mod by_thread;
 pub mod event;
 pub mod manifest;
 pub mod measure;
@@ -13,6 +14,7 @@ pub mod samples;
 pub mod table;
 
 pub use atomic::{atomic_replace, atomic_write, fsync_dir, unique_suffix};
+pub use by_thread::SAMPLES_BY_THREAD_FILE;
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 pub use measure::{
