@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
+use fracflow_record::by_thread::{SampleRow, sidecar_path, write_samples_by_thread};
 use fracflow_record::samples::samples_schema;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -28,8 +29,27 @@ pub struct SamplesError {
     pub why: String,
 }
 
-/// Writes `samples` to `path` (zstd-compressed Parquet).
+/// Writes `samples` to `path` (zstd-compressed Parquet), and beside it their sidecar (`samples.by-thread` beside
+/// `samples.parquet`), which aggregation reads instead when it belongs to that file (`fracflow_record::by_thread`).
 pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
+    write_parquet(path, samples)?;
+    let sidecar = sidecar_path(path);
+    write_samples_by_thread(&sidecar, path, samples, |s| SampleRow {
+        thread: s.thread,
+        seq: s.seq,
+        t_send_ns: s.t_send_ns,
+        latency_ns: s.latency_ns,
+        latency_last_piece_ns: s.latency_last_piece_ns,
+        slot: u32::from(s.slot),
+        request_bytes: s.request_bytes,
+    })
+    .map_err(|e| SamplesError {
+        path: sidecar,
+        why: e.to_string(),
+    })
+}
+
+fn write_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
     let err = |why: String| SamplesError {
         path: path.to_path_buf(),
         why,
