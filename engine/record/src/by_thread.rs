@@ -238,17 +238,55 @@ pub fn page_checksum(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(first)
 }
 
-/// Writes the sidecar of the Parquet file `parquet` (already written) holding `samples` to `path`. `row` gives
-/// a sample's values. The samples must be in the Parquet file's order, grouped by thread in increasing thread
-/// order, each thread's in increasing seq with non-decreasing send times (as the client writes them); otherwise
-/// the sidecar says why it holds no rows, and readers use the Parquet file.
+/// Writes the sidecar of the Parquet file `parquet` (already written) holding `samples` to `path`: [`begin`]
+/// then [`PendingSidecar::finish`].
 pub fn write_samples_by_thread<T>(
     path: &Path,
     parquet: &Path,
     samples: &[T],
     row: impl Fn(&T) -> SampleRow,
 ) -> io::Result<()> {
-    let identity = ParquetIdentity::of(parquet)?;
+    begin(path, samples, row)?.finish(parquet)
+}
+
+/// A sidecar whose data is written; its directory names the Parquet file, so it is finished once that is.
+#[derive(Debug)]
+pub struct PendingSidecar {
+    out: BufWriter<File>,
+    columns: Vec<StoredColumn>,
+    threads: Vec<ThreadLayout>,
+    not_indexed: Option<String>,
+}
+
+impl PendingSidecar {
+    /// Writes the directory, naming the Parquet file `parquet` (now written) as the one the sidecar belongs to.
+    pub fn finish(mut self, parquet: &Path) -> io::Result<()> {
+        let directory = Directory {
+            parquet: ParquetIdentity::of(parquet)?,
+            page_rows: PAGE_ROWS,
+            columns: self.columns,
+            threads: self.threads,
+            not_indexed: self.not_indexed,
+        };
+        let json = serde_json::to_vec(&directory).map_err(io::Error::other)?;
+        self.out.write_all(&json)?;
+        self.out.write_all(&(json.len() as u64).to_le_bytes())?;
+        self.out.write_all(blake3::hash(&json).as_bytes())?;
+        self.out.write_all(MAGIC)?;
+        // Durability is the caller's, as for the Parquet file beside it (the cache publishes both).
+        self.out.flush()
+    }
+}
+
+/// Writes the data of the sidecar of `samples` to `path`, so that it can be written while the Parquet file is.
+/// `row` gives a sample's values. The samples must be in the Parquet file's order, grouped by thread in
+/// increasing thread order, each thread's in increasing seq with non-decreasing send times (as the client writes
+/// them); otherwise the sidecar says why it holds no rows, and readers use the Parquet file.
+pub fn begin<T>(
+    path: &Path,
+    samples: &[T],
+    row: impl Fn(&T) -> SampleRow,
+) -> io::Result<PendingSidecar> {
     // Each thread's [start, end), and whether the rows can be stored by thread as they are: the client writes
     // each thread's samples together and in seq order, so the Parquet file's order is the sidecar's.
     let mut runs: Vec<(u32, usize, usize)> = Vec::new();
@@ -337,19 +375,12 @@ pub fn write_samples_by_thread<T>(
             threads.push(layout);
         }
     }
-    let directory = Directory {
-        parquet: identity,
-        page_rows: PAGE_ROWS,
+    Ok(PendingSidecar {
+        out,
         columns,
         threads,
         not_indexed,
-    };
-    let json = serde_json::to_vec(&directory).map_err(io::Error::other)?;
-    out.write_all(&json)?;
-    out.write_all(&(json.len() as u64).to_le_bytes())?;
-    out.write_all(blake3::hash(&json).as_bytes())?;
-    out.write_all(MAGIC)?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    })
 }
 
 /// Appends `values` to `page` as little-endian integers of `width` bytes (the width holds every value).
