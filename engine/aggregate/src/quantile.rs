@@ -156,7 +156,6 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     let mut order: Vec<usize> = (0..ranks.len()).collect();
     order.sort_by_key(|&i| ranks[i]);
     const NO_SLOT: u32 = u32::MAX;
-    let mut slot_of_bucket: Vec<u32> = Vec::new();
     let mut target_buckets: Vec<usize> = Vec::new();
     let mut targets = vec![(0usize, 0usize); ranks.len()];
     let (mut bucket, mut below) = (0usize, 0u64);
@@ -173,23 +172,14 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     }
     let low = target_buckets.first().copied().unwrap_or(0);
     let high = target_buckets.last().copied().unwrap_or(0);
-    if target_buckets.len() > 8 {
-        // Many targets (a CDF's): a table from bucket to slot instead of a search per value.
-        slot_of_bucket = vec![NO_SLOT; high - low + 1];
-        for (slot, &b) in target_buckets.iter().enumerate() {
-            slot_of_bucket[b - low] = slot as u32;
-        }
+    // A table from bucket to slot: one lookup per value in the targets' range.
+    let mut slot_of_bucket = vec![NO_SLOT; high - low + 1];
+    for (slot, &b) in target_buckets.iter().enumerate() {
+        slot_of_bucket[b - low] = slot as u32;
     }
     let slot = |bucket: usize| -> Option<usize> {
-        if !(low..=high).contains(&bucket) {
-            return None;
-        }
-        if slot_of_bucket.is_empty() {
-            target_buckets.iter().position(|&b| b == bucket)
-        } else {
-            let slot = slot_of_bucket[bucket - low];
-            (slot != NO_SLOT).then_some(slot as usize)
-        }
+        let slot = *slot_of_bucket.get(bucket.checked_sub(low)?)?;
+        (slot != NO_SLOT).then_some(slot as usize)
     };
     let no_candidates = || vec![Vec::new(); target_buckets.len()];
     let mut candidates = values
