@@ -20,12 +20,18 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, aggregate};
 use fracflow_client::Sample;
 use fracflow_record::by_thread::{SampleRow, write_samples_by_thread};
+use fracflow_record::samples::samples_schema;
 use fracflow_record::{SAMPLES_FILE, SampleColumn};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use polars::prelude::*;
 use rayon::prelude::*;
@@ -167,47 +173,106 @@ fn point_samples(point: u64, rows_per_point: u64) -> Vec<Sample> {
     samples
 }
 
-/// Writes each point through the client's own writer, and prints what the sidecar adds to the client's cost
-/// of writing a point (it writes after the run, never on the request path).
+/// Writes `samples` the way the client wrote them before it wrote a sidecar: the Parquet file alone, with the
+/// client's writer properties (zstd, batches of 2^20 rows).
+fn parquet_only(path: &Path, samples: &[Sample]) -> BenchResult {
+    let schema = Arc::new(samples_schema());
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut writer = ArrowWriter::try_new(
+        std::fs::File::create(path)?,
+        Arc::clone(&schema),
+        Some(props),
+    )?;
+    for chunk in samples.chunks(1 << 20) {
+        let u32c = |f: fn(&Sample) -> u32| -> ArrayRef {
+            Arc::new(UInt32Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
+        };
+        let columns = SampleColumn::ALL
+            .iter()
+            .map(|column| match column {
+                SampleColumn::Thread => u32c(|s| s.thread),
+                SampleColumn::Seq => u64c(|s| s.seq),
+                SampleColumn::TSendNs => u64c(|s| s.t_send_ns),
+                SampleColumn::LatencyNs => u64c(|s| s.latency_ns),
+                SampleColumn::LatencyLastPieceNs => u64c(|s| s.latency_last_piece_ns),
+                SampleColumn::Slot => u32c(|s| u32::from(s.slot)),
+                SampleColumn::RequestBytes => u32c(|s| s.request_bytes),
+                SampleColumn::ResponseBytes => u32c(|s| s.response_bytes),
+            })
+            .collect();
+        writer.write(&RecordBatch::try_new(Arc::clone(&schema), columns)?)?;
+    }
+    writer.close()?;
+    Ok(())
+}
+
+/// Seconds `write` takes, the median of three.
+fn median_of_three(write: &dyn Fn() -> BenchResult) -> BenchResult<f64> {
+    let mut seconds = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        write()?;
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    seconds.sort_by(f64::total_cmp);
+    Ok(seconds[1])
+}
+
+/// What the client's write of one point costs per sample, against writing the Parquet file alone (the client
+/// before the sidecar) and the sidecar alone; one point at a time, as the client writes after its run (never on
+/// the request path).
+fn write_costs(dir: &Path, rows_per_point: u64) -> BenchResult<String> {
+    let samples = point_samples(0, rows_per_point);
+    let (parquet, sidecar) = (dir.join("timing.parquet"), dir.join("timing.by-thread"));
+    let before = median_of_three(&|| parquet_only(&parquet, &samples))?;
+    let alone = median_of_three(&|| {
+        write_samples_by_thread(&sidecar, &parquet, &samples, |s| SampleRow {
+            thread: s.thread,
+            seq: s.seq,
+            t_send_ns: s.t_send_ns,
+            latency_ns: s.latency_ns,
+            latency_last_piece_ns: s.latency_last_piece_ns,
+            slot: u32::from(s.slot),
+            request_bytes: s.request_bytes,
+        })?;
+        Ok(())
+    })?;
+    let after =
+        median_of_three(&|| Ok(fracflow_client::write_samples_parquet(&parquet, &samples)?))?;
+    for file in [&parquet, &sidecar] {
+        std::fs::remove_file(file)?;
+    }
+    let ns = |seconds: f64| seconds / rows_per_point as f64 * 1e9;
+    Ok(format!(
+        "the client's write of a point, per sample (median of 3): {:.0} ns, of which the Parquet file alone \
+         takes {:.0} ns and the sidecar alone {:.0} ns",
+        ns(after),
+        ns(before),
+        ns(alone)
+    ))
+}
+
+/// Writes each point through the client's own writer.
 fn generate(dir: &Path, points: u64, rows_per_point: u64) -> BenchResult {
+    let costs = write_costs(dir, rows_per_point)?;
     let started = Instant::now();
-    let costs: Vec<(f64, f64)> = (0..points)
+    (0..points)
         .into_par_iter()
-        .map(|point| -> BenchResult<(f64, f64)> {
+        .try_for_each(|point| -> BenchResult {
             let point_dir = dir.join(format!("point_{point:03}"));
             std::fs::create_dir_all(&point_dir)?;
             let samples = point_samples(point, rows_per_point);
-            let parquet = point_dir.join(SAMPLES_FILE);
-            let both = Instant::now();
-            fracflow_client::write_samples_parquet(&parquet, &samples)?;
-            let both = both.elapsed().as_secs_f64();
-            // The sidecar alone, written again to a scratch name: its share of the client's write.
-            let scratch = point_dir.join("sidecar.timing");
-            let sidecar = Instant::now();
-            write_samples_by_thread(&scratch, &parquet, &samples, |s| SampleRow {
-                thread: s.thread,
-                seq: s.seq,
-                t_send_ns: s.t_send_ns,
-                latency_ns: s.latency_ns,
-                latency_last_piece_ns: s.latency_last_piece_ns,
-                slot: u32::from(s.slot),
-                request_bytes: s.request_bytes,
-            })?;
-            let sidecar = sidecar.elapsed().as_secs_f64();
-            std::fs::remove_file(&scratch)?;
-            Ok((both - sidecar, sidecar))
-        })
-        .collect::<BenchResult<_>>()?;
-    let rows = (points * rows_per_point) as f64;
-    let (parquet, sidecar): (f64, f64) = costs
-        .iter()
-        .fold((0.0, 0.0), |(p, s), (a, b)| (p + a, s + b));
+            fracflow_client::write_samples_parquet(&point_dir.join(SAMPLES_FILE), &samples)?;
+            Ok(())
+        })?;
     println!(
-        "generated {points} points × {rows_per_point} rows in {:.1} s; the client's write per sample: \
-         Parquet {:.0} ns, sidecar {:.0} ns",
-        started.elapsed().as_secs_f64(),
-        parquet / rows * 1e9,
-        sidecar / rows * 1e9,
+        "generated {points} points × {rows_per_point} rows in {:.1} s; {costs}",
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }
