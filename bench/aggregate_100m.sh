@@ -4,8 +4,9 @@
 # pipeline uses, against polars doing the same work over the same Parquet files, in one run. Per mode three
 # readers: ours through the sidecars, ours through the Parquet files alone (the same directories without the
 # sidecars: what a point written before the sidecar existed costs), and polars. Each runs in its own process under
-# GNU time; the table shows rows, seconds of aggregation (start-up excluded), M rows/s, peak RSS and the
-# throughput relative to polars in the same mode.
+# GNU time; the table shows rows, seconds of aggregation (start-up excluded), M rows/s, peak RSS, the
+# throughput relative to polars in the same mode, and the process's CPU seconds (user + system, start-up
+# included: on a shared machine the wall time moves with the other load, the CPU time much less).
 # Goal (issue 14): >= 150 M rows/s, >= 4x polars and < 1 GiB peak RSS in every mode.
 # Usage: bench/aggregate_100m.sh [POINTS [ROWS_PER_POINT [DATA_DIR]]]   (default 32 × 3 125 000 = 100 M rows)
 # The data (about 1.5 GB) is generated once into DATA_DIR (default $TMPDIR/fracflow-aggbench-v2-POINTSxROWS) and kept.
@@ -26,7 +27,7 @@ for line in sys.stdin:
 
 if [ ! -f "$data/.complete" ]; then
   rm -rf "$data" && mkdir -p "$data"
-  "$exe" generate "$data" "$points" "$rows_per_point" | tee "$data/generate.txt"
+  "$exe" generate "$data" "$points" "$rows_per_point" > "$data/generate.txt"
   # The same points without their sidecars: aggregation reads the Parquet files.
   for dir in "$data"/point_*; do
     mkdir -p "$data/parquet-only/${dir##*/}"
@@ -51,18 +52,20 @@ for mode in skip all warmup fig16 trace; do
     /usr/bin/time -v "$exe" "${args[@]}" > "$results.out" 2> "$results.time" ||
       { cat "$results.time" >&2; exit 1; }
     rss_kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$results.time")
+    cpu=$(awk -F': ' '/(User|System) time \(seconds\)/ { sum += $2 } END { print sum }' "$results.time")
     read -r _ rows seconds < "$results.out"
-    echo "$mode $reader $rows $seconds $rss_kb" >> "$results"
+    echo "$mode $reader $rows $seconds $rss_kb $cpu" >> "$results"
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 awk '
-  { mode[NR] = $1; reader[NR] = $2; rows[NR] = $3; secs[NR] = $4; rss[NR] = $5
+  { mode[NR] = $1; reader[NR] = $2; rows[NR] = $3; secs[NR] = $4; rss[NR] = $5; cpu[NR] = $6
     if ($2 == "polars") base[$1] = $4 }
   END {
-    printf "%-7s %-10s %12s %9s %10s %14s %10s\n", "mode", "reader", "rows", "seconds", "M rows/s", "peak RSS MiB", "x polars"
+    printf "%-7s %-10s %12s %9s %10s %14s %10s %9s\n", "mode", "reader", "rows", "seconds", "M rows/s", "peak RSS MiB",
+      "x polars", "CPU s"
     for (i = 1; i <= NR; i++)
-      printf "%-7s %-10s %12d %9.3f %10.1f %14.1f %10.2f\n", mode[i], reader[i], rows[i], secs[i],
-        rows[i] / secs[i] / 1e6, rss[i] / 1024, base[mode[i]] / secs[i]
+      printf "%-7s %-10s %12d %9.3f %10.1f %14.1f %10.2f %9.2f\n", mode[i], reader[i], rows[i], secs[i],
+        rows[i] / secs[i] / 1e6, rss[i] / 1024, base[mode[i]] / secs[i], cpu[i]
   }' "$results"
