@@ -71,7 +71,23 @@ struct Buckets {
     count: usize,
 }
 
+/// From this many values on, a selection counts in buckets over the whole range of u64.
+const WHOLE_RANGE_MIN_VALUES: usize = 1 << 18;
+
 impl Buckets {
+    /// 2^[`MAX_SUB_BUCKET_BITS`] buckets per power of two, over every u64.
+    fn whole_range() -> Buckets {
+        let unbounded = Buckets {
+            sub_bits: MAX_SUB_BUCKET_BITS,
+            first: 0,
+            count: 0,
+        };
+        Buckets {
+            count: unbounded.of(u64::MAX) + 1,
+            ..unbounded
+        }
+    }
+
     /// About four values per bucket over the powers of two that `min..=max` spans, so that the buckets holding
     /// the ranks hold few values, and zeroing the counters costs less than counting.
     fn spanning(n: usize, min: u64, max: u64) -> Buckets {
@@ -108,48 +124,63 @@ impl Buckets {
 /// The sum, the maximum and the values at `ranks` (0-based, each below `values.len()`) of `values`, which is
 /// not empty.
 ///
-/// A bucketed selection instead of sorting or `select_nth_unstable` over everything: a first parallel pass
-/// finds the sum, minimum and maximum, a second counts the values in log-linear buckets between those, which
-/// tells the bucket holding each rank and the rank inside it; a third collects only those buckets' values, and
-/// `select_nth_unstable` runs on them. Buckets are a small fraction of their value wide, so they hold few
+/// A bucketed selection instead of sorting or `select_nth_unstable` over everything: a parallel pass sums the
+/// values, finds the maximum and counts them in log-linear buckets (for few values, between their minimum and
+/// maximum, found first), which tells the bucket holding each rank and the rank inside it; a second collects
+/// only those buckets' values, and `select_nth_unstable` runs on them. Buckets are a small fraction of their value wide, so they hold few
 /// samples whatever the spread; many equal values in one bucket only make that last selection longer, never
 /// wrong.
 fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     let n = values.len();
-    let (sum, min, max) = values
+    // Many values: buckets over the whole range of u64 at the finest resolution (about a MiB of counters,
+    // little beside the values), so that one pass counts and sums. Few values: a first pass finds the range, so
+    // that the counters are few.
+    let (buckets, known) = if n >= WHOLE_RANGE_MIN_VALUES {
+        (Buckets::whole_range(), None)
+    } else {
+        let (sum, min, max) = values
+            .iter()
+            .fold((0u128, u64::MAX, 0u64), |(sum, min, max), &v| {
+                (sum + u128::from(v), min.min(v), max.max(v))
+            });
+        (Buckets::spanning(n, min, max), Some((sum, max)))
+    };
+    struct Pass {
+        sum: u128,
+        max: u64,
+        counts: Vec<u64>,
+    }
+    let empty = || Pass {
+        sum: 0,
+        max: 0,
+        counts: vec![0; buckets.count],
+    };
+    let counted = values
         .par_chunks(select_chunk(n))
-        .map(|chunk| {
-            let (mut sum, mut min, mut max) = (0u128, u64::MAX, 0u64);
-            for &v in chunk {
-                sum += u128::from(v);
-                min = min.min(v);
-                max = max.max(v);
-            }
-            (sum, min, max)
-        })
-        .reduce(
-            || (0, u64::MAX, 0),
-            |a, b| (a.0 + b.0, a.1.min(b.1), a.2.max(b.2)),
-        );
-    let buckets = Buckets::spanning(n, min, max);
-    let counts = values
-        .par_chunks(select_chunk(n))
-        .fold(
-            || vec![0u64; buckets.count],
-            |mut counts, chunk| {
+        .fold(empty, |mut pass, chunk| {
+            if known.is_some() {
                 for &v in chunk {
-                    counts[buckets.of(v)] += 1;
+                    pass.counts[buckets.of(v)] += 1;
                 }
-                counts
-            },
-        )
-        .reduce(
-            || vec![0u64; buckets.count],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                a
-            },
-        );
+            } else {
+                let mut sum = 0u128;
+                for &v in chunk {
+                    sum += u128::from(v);
+                    pass.max = pass.max.max(v);
+                    pass.counts[buckets.of(v)] += 1;
+                }
+                pass.sum += sum;
+            }
+            pass
+        })
+        .reduce(empty, |mut a, b| {
+            a.sum += b.sum;
+            a.max = a.max.max(b.max);
+            a.counts.iter_mut().zip(b.counts).for_each(|(x, y)| *x += y);
+            a
+        });
+    let (sum, max) = known.unwrap_or((counted.sum, counted.max));
+    let counts = counted.counts;
 
     // Each rank's bucket (as a slot among the distinct target buckets) and its rank inside the bucket, found by
     // one walk over the cumulative counts in rank order.
