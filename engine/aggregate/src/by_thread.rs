@@ -17,6 +17,9 @@ use crate::spec::Cuts;
 /// Rows read at once on the histogram path, per thread.
 const HDR_BATCH_ROWS: u64 = 64 * 1024;
 
+/// Rows of slots and request sizes read at once for a trace's groups, per thread.
+const KEY_BATCH_ROWS: u64 = 16 * 1024;
+
 /// Each thread's kept rows under `cuts`, in [`SamplesByThread::threads`] order: the rows sent at or after
 /// `skip_ns`, less the first ⌊kept · drop_fraction⌋ of them (the Parquet reader's `drop_counts`).
 fn kept_ranges(file: &SamplesByThread, cuts: Cuts) -> Result<Vec<Range<u64>>, ByThreadError> {
@@ -46,6 +49,17 @@ fn read_ranges(
     column: SampleColumn,
     ranges: &[Range<u64>],
 ) -> Result<Vec<u64>, ByThreadError> {
+    fill_ranges(ranges, |index, range, out| {
+        file.read_rows(index, column, range, out)
+    })
+}
+
+/// One value per row of `ranges` (one range per thread), thread after thread: `fill(thread index, rows, out)`
+/// writes a thread's, the threads in parallel.
+fn fill_ranges(
+    ranges: &[Range<u64>],
+    fill: impl Fn(usize, Range<u64>, &mut [u64]) -> Result<(), ByThreadError> + Sync,
+) -> Result<Vec<u64>, ByThreadError> {
     let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
     let mut values = vec![0u64; total as usize];
     let mut slices = Vec::with_capacity(ranges.len());
@@ -60,8 +74,32 @@ fn read_ranges(
         .into_par_iter()
         .zip(ranges.par_iter())
         .enumerate()
-        .try_for_each(|(index, (out, range))| file.read_rows(index, column, range.clone(), out))?;
+        .try_for_each(|(index, (out, range))| fill(index, range.clone(), out))?;
     Ok(values)
+}
+
+/// The trace group (packed) of every row of `ranges`, read a batch of slots and request sizes at a time.
+fn read_trace_keys(
+    file: &SamplesByThread,
+    ranges: &[Range<u64>],
+    piece: u32,
+) -> Result<Vec<u64>, ByThreadError> {
+    fill_ranges(ranges, |index, range, out| {
+        let mut slots = vec![0u64; KEY_BATCH_ROWS as usize];
+        let mut bytes = vec![0u64; KEY_BATCH_ROWS as usize];
+        let mut start = range.start;
+        for keys in out.chunks_mut(KEY_BATCH_ROWS as usize) {
+            let rows = start..start + keys.len() as u64;
+            let (slots, bytes) = (&mut slots[..keys.len()], &mut bytes[..keys.len()]);
+            file.read_rows(index, SampleColumn::Slot, rows.clone(), slots)?;
+            file.read_rows(index, SampleColumn::RequestBytes, rows, bytes)?;
+            for ((key, &slot), &bytes) in keys.iter_mut().zip(&*slots).zip(&*bytes) {
+                *key = trace_group(slot as u32, bytes as u32, piece).packed();
+            }
+            start += keys.len() as u64;
+        }
+        Ok(())
+    })
 }
 
 /// One point's groups, as [`crate::samples::read_point`] returns them from the Parquet file.
@@ -84,16 +122,13 @@ pub(crate) fn read_point(
             GroupLatencies::Exact(values),
         )]);
     };
-    let slots = read_ranges(file, SampleColumn::Slot, &ranges)?;
-    let bytes = read_ranges(file, SampleColumn::RequestBytes, &ranges)?;
-    let keys = slots
-        .iter()
-        .zip(&bytes)
-        .map(|(&slot, &bytes)| trace_group(slot as u32, bytes as u32, piece));
-    Ok(group_by_key(keys, &values)
-        .into_iter()
-        .map(|(key, values)| (key, GroupLatencies::Exact(values)))
-        .collect())
+    let keys = read_trace_keys(file, &ranges, piece)?;
+    Ok(
+        group_by_key(keys.iter().map(|&packed| GroupKey::unpack(packed)), &values)
+            .into_iter()
+            .map(|(key, values)| (key, GroupLatencies::Exact(values)))
+            .collect(),
+    )
 }
 
 /// Keys with a slot below this and fewer fragments than [`DENSE_FRAGMENTS`] get their id from a table, without
@@ -225,13 +260,16 @@ pub(crate) fn read_blocks(
     let sends = read_ranges(file, SampleColumn::TSendNs, &ranges)?;
     let values = read_ranges(file, query.latency.column(), &ranges)?;
     let mut blocks: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    // Send times do not decrease within a thread, so a block is a run of rows: one map lookup per run.
+    // Send times do not decrease within a thread, so a block is a run of rows: one map lookup per run, and a
+    // run ends at the first row sent outside the block's window (later, or earlier: the next thread's).
+    let block_ns = block_ns.max(1);
     let mut start = 0;
     while start < sends.len() {
-        let block = sends[start] / block_ns.max(1);
+        let block = sends[start] / block_ns;
+        let (begin, end) = (block * block_ns, (block + 1).saturating_mul(block_ns));
         let len = sends[start..]
             .iter()
-            .position(|&sent| sent / block_ns.max(1) != block)
+            .position(|&sent| sent < begin || sent >= end)
             .unwrap_or(sends.len() - start);
         blocks
             .entry(block)

@@ -56,7 +56,7 @@ impl GroupKey {
         (u64::from(self.slot) << 32) | u64::from(self.fragments)
     }
 
-    fn unpack(packed: u64) -> GroupKey {
+    pub(crate) fn unpack(packed: u64) -> GroupKey {
         GroupKey {
             slot: (packed >> 32) as u32,
             fragments: packed as u32,
