@@ -52,6 +52,11 @@ const M_LABELS: [u64; 2] = [1024, 4096];
 
 type BenchResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
 
+/// The allocator of the `fracflow` binary, in which the aggregate node runs: what aggregation's allocations cost
+/// there is what this measures (polars' too).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Skip,
