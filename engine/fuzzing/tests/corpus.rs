@@ -268,7 +268,8 @@ fn write_the_binary_seeds() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The sidecar of the fixed Parquet file the target writes, behind each mode byte, and cut short.
-    let sidecar = fracflow_fuzzing::by_thread_sidecar().ok_or("the sidecar seed was not written")?;
+    let sidecar =
+        fracflow_fuzzing::by_thread_sidecar().ok_or("the sidecar seed was not written")?;
     for (name, mode) in [
         ("sound", 0u8),
         ("resealed", 1),
