@@ -1,6 +1,6 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
-//! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema, command
-//! metrics), and the atomic write they share.
+//! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema and its
+//! by-thread sidecar, command metrics), and the atomic write they share.
 
 pub mod atomic;
 pub mod by_thread;
