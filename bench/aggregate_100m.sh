@@ -9,7 +9,8 @@
 # included: on a shared machine the wall time moves with the other load, the CPU time much less).
 # Goal (issue 14): >= 150 M rows/s, >= 4x polars and < 1 GiB peak RSS in every mode.
 # Usage: bench/aggregate_100m.sh [POINTS [ROWS_PER_POINT [DATA_DIR]]]   (default 32 × 3 125 000 = 100 M rows)
-# The data (about 1.5 GB) is generated once into DATA_DIR (default $TMPDIR/fracflow-aggbench-v2-POINTSxROWS) and kept.
+# The data (about 2.6 GB: 0.8 GB of Parquet, 1.8 GB of sidecars) is generated once into DATA_DIR (default
+# $TMPDIR/fracflow-aggbench-v2-POINTSxROWS) and kept.
 set -euo pipefail
 points=${1:-32}
 rows_per_point=${2:-3125000}
