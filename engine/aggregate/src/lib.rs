@@ -84,10 +84,18 @@
 //! a measured value; for an even count the median is the upper-middle or lower-middle value, not numpy's
 //! average of the two (the difference is at most the gap between neighbouring samples).
 //!
-//! Samples are read row group by row group with a column projection (only the columns the cuts need), the
-//! row groups of a point in parallel, so memory holds at most one point's kept latencies (8 bytes each, plus
-//! 4 bytes of thread id while the warm-up cut runs). The exact path selects ranks with `select_nth_unstable`
-//! on shrinking prefixes. A point with more rows than `exact_max_samples` is streamed into HDR histograms
+//! A point is read through its `samples.by-thread` sidecar when it has one that belongs to its `samples.parquet`
+//! (`fracflow_record::by_thread`: the client writes it beside the Parquet file, each thread's rows in seq order in
+//! checksummed pages of raw integers). There each thread's cuts are one range of its rows, found from the send
+//! times of one page, and only the kept rows of the latency column are read. A sidecar that is stale (of another
+//! Parquet file), corrupt, or that says it could not index the samples is not used: the point is read from the
+//! Parquet file, and [`Aggregated::notes`] says which sidecar and why. Both readers give the same tables.
+//!
+//! The Parquet file is read row group by row group with a column projection (only the columns the cuts need), the
+//! row groups of a point in parallel. Either way memory holds at most one point's kept latencies (8 bytes each,
+//! plus 4 bytes of thread id while the Parquet reader's warm-up cut runs). The exact path selects each rank in
+//! log-linear buckets: one pass counts, a second collects the few values of the buckets that hold the ranks.
+//! A point with more rows than `exact_max_samples` is streamed into HDR histograms
 //! instead (3 significant digits: values are bucketed to 0.1 %, and HDR's quantile is the sample at 1-based
 //! rank ⌈q·n⌉, at most one rank from the nearest rank; count, mean and max stay exact); its `method` column
 //! says `hdr-3-digits` instead of `exact`. The warm-up cut of the HDR path needs
@@ -125,6 +133,7 @@
 //! fails when it lies below −`margin`, and is inconclusive otherwise. `paper:` values are matched to the one row
 //! their `at` selects. The full rules, as a pipeline writes them: `pipelines/README.md`, "Verdicts".
 
+mod by_thread;
 mod error;
 mod expect;
 mod frame;
@@ -149,7 +158,8 @@ pub use spec::{
     DeriveStep, LatencyField, ScaleBy, StatsKind,
 };
 
-use quantile::{LatencySummary, QUANTILES, exact_cdf, exact_summary};
+use quantile::{LatencySummary, QUANTILES, exact_summary, exact_summary_and_cdf};
+use rayon::prelude::*;
 use samples::{GroupKey, GroupLatencies, SampleQuery, read_point};
 
 /// Columns this crate computes. A table that does not say which columns are its labels (a CSV file read back)
@@ -197,6 +207,9 @@ pub struct PointSource {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Aggregated {
     pub tables: BTreeMap<String, Table>,
+    /// What the caller should know but that changed no number: a point's `samples.by-thread` sidecar that was
+    /// not used (stale, corrupt, not indexed), and why.
+    pub notes: Vec<String>,
 }
 
 /// Computes the spec's tables over `points` and writes `<table>.csv` and `<table>.parquet` into `out_dir`.
@@ -215,13 +228,14 @@ pub fn aggregate(
         )));
     }
     let labels = label_names(points)?;
+    let mut notes = Vec::new();
     let (mut frame, cdf, summary_labels) = match spec.stats {
         StatsKind::Seconds => {
             let summary = seconds_summary(spec, points, &labels)?;
             (frame::table_to_frame("summary", &summary)?, None, labels)
         }
         StatsKind::Samples | StatsKind::Trace => {
-            let (summary, cdf) = sample_tables(spec, points, &labels)?;
+            let (summary, cdf) = sample_tables(spec, points, &labels, &mut notes)?;
             let wants_cdf = spec.stats == StatsKind::Trace || spec.cdf.is_some();
             let mut summary_labels = labels;
             if spec.stats == StatsKind::Trace {
@@ -252,7 +266,7 @@ pub fn aggregate(
         ));
     }
     if let Some(block_ms) = spec.blocks_ms {
-        let blocks = blocks_table(spec, block_ms, points, &summary_labels)?;
+        let blocks = blocks_table(spec, block_ms, points, &summary_labels, &mut notes)?;
         let mut labels = summary_labels;
         labels.push(BLOCK_COLUMN.to_string());
         frames.push((
@@ -269,7 +283,10 @@ pub fn aggregate(
             frame::frame_to_table(name, &frame, Some(&labels))?,
         );
     }
-    Ok(Aggregated { tables })
+    // A point read twice (its CDF's cuts, its blocks) says the same thing twice.
+    let mut seen = std::collections::BTreeSet::new();
+    notes.retain(|note| seen.insert(note.clone()));
+    Ok(Aggregated { tables, notes })
 }
 
 /// Reads a `.csv` or `.parquet` table (an export of [`aggregate`]) back. A Parquet export says which columns are
@@ -405,17 +422,24 @@ fn latency_cells(summary: Option<&LatencySummary>) -> Vec<Cell> {
     ]
 }
 
-fn group_summary(latencies: &mut GroupLatencies) -> Option<LatencySummary> {
-    match latencies {
-        GroupLatencies::Exact(values) => exact_summary(values),
-        GroupLatencies::Hdr(accumulator) => accumulator.summary(),
-    }
-}
+/// A CDF's (latency_us, fraction) pairs.
+type Cdf = Vec<(f64, f64)>;
 
-fn group_cdf(latencies: &mut GroupLatencies, points: usize) -> Vec<(f64, f64)> {
+/// A group's summary and, when `cdf_points` is not 0, its CDF.
+fn group_statistics(
+    latencies: &GroupLatencies,
+    cdf_points: usize,
+) -> (Option<LatencySummary>, Cdf) {
     match latencies {
-        GroupLatencies::Exact(values) => exact_cdf(values, points),
-        GroupLatencies::Hdr(accumulator) => accumulator.cdf(points),
+        GroupLatencies::Exact(values) => exact_summary_and_cdf(values, cdf_points),
+        GroupLatencies::Hdr(accumulator) => (
+            accumulator.summary(),
+            if cdf_points == 0 {
+                Vec::new()
+            } else {
+                accumulator.cdf(cdf_points)
+            },
+        ),
     }
 }
 
@@ -424,6 +448,7 @@ fn sample_tables(
     spec: &AggregateSpec,
     points: &[PointSource],
     labels: &[String],
+    notes: &mut Vec<String>,
 ) -> Result<(Table, Table), AggregateError> {
     let trace = spec.stats == StatsKind::Trace;
     let group_columns: &[&str] = if trace {
@@ -468,21 +493,37 @@ fn sample_tables(
                         .is_some_and(|cell| expect::cell_matches(cell, wanted))
                 })
             });
-        let mut groups = read_point(&path, &query(summary_cuts))?;
-        for (key, latencies) in &mut groups {
+        // A trace's groups are many and small: their statistics are computed side by side, the CDF from the same
+        // selection as the summary when the cuts are the same.
+        let groups = read_point(&path, &query(summary_cuts), notes)?;
+        let cdf_points = if wants_cdf && same_cuts {
+            spec.cdf_points()
+        } else {
+            0
+        };
+        let (summaries, mut cdfs): (Vec<Option<LatencySummary>>, Vec<Cdf>) = groups
+            .par_iter()
+            .map(|(_, latencies)| group_statistics(latencies, cdf_points))
+            .unzip();
+        for ((key, _), group) in groups.iter().zip(&summaries) {
             let mut row = label_cells(point, labels);
             row.extend(group_cells(*key));
-            row.extend(latency_cells(group_summary(latencies).as_ref()));
+            row.extend(latency_cells(group.as_ref()));
             summary.rows.push(row);
         }
         if !wants_cdf {
             continue;
         }
+        let mut groups = groups;
         if !same_cuts {
-            groups = read_point(&path, &query(cdf_cuts))?;
+            groups = read_point(&path, &query(cdf_cuts), notes)?;
+            cdfs = groups
+                .par_iter()
+                .map(|(_, latencies)| group_statistics(latencies, spec.cdf_points()).1)
+                .collect();
         }
-        for (key, latencies) in &mut groups {
-            for (latency_us, fraction) in group_cdf(latencies, spec.cdf_points()) {
+        for ((key, _), pairs) in groups.iter().zip(cdfs) {
+            for (latency_us, fraction) in pairs {
                 let mut row = label_cells(point, labels);
                 row.extend(group_cells(*key));
                 row.extend([Cell::Num(latency_us), Cell::Num(fraction)]);
@@ -501,6 +542,7 @@ fn blocks_table(
     block_ms: u64,
     points: &[PointSource],
     labels: &[String],
+    notes: &mut Vec<String>,
 ) -> Result<Table, AggregateError> {
     let mut statistics = vec![BLOCK_COLUMN];
     statistics.extend(SAMPLE_STATISTICS);
@@ -516,10 +558,16 @@ fn blocks_table(
         if samples::row_count(&path)? > spec.exact_max_samples() {
             continue;
         }
-        for (block, latencies) in samples::read_blocks(&path, &query, block_ms * 1_000_000)? {
+        // Blocks are small (a few thousand samples): one selection each, many at once.
+        let blocks: Vec<(u64, Option<LatencySummary>)> =
+            samples::read_blocks(&path, &query, block_ms * 1_000_000, notes)?
+                .into_par_iter()
+                .map(|(block, latencies)| (block, exact_summary(&latencies)))
+                .collect();
+        for (block, summary) in blocks {
             let mut row = label_cells(point, labels);
             row.push(Cell::Num((block * block_ms) as f64));
-            row.extend(latency_cells(exact_summary(&latencies).as_ref()));
+            row.extend(latency_cells(summary.as_ref()));
             table.rows.push(row);
         }
     }

@@ -52,44 +52,99 @@ pub(crate) fn nearest_rank(n: usize, q: f64) -> usize {
     ((n - 1) as f64 * q).round() as usize
 }
 
-/// The exact selection's buckets keep this many bits below a value's leading bit: 2^11 buckets per power of
-/// two, so a bucket spans at most 1/2048 of its values (4 ns around 10 µs) and holds few samples.
-const SUB_BUCKET_BITS: u32 = 11;
+/// The exact selection's buckets keep at most this many bits below a value's leading bit: 2^11 buckets per
+/// power of two, so a bucket spans at most 1/2048 of its values (4 ns around 10 µs) and holds few samples.
+const MAX_SUB_BUCKET_BITS: u32 = 11;
 
-/// Values below 2^(SUB_BUCKET_BITS + 1) get a bucket each; above, 2^SUB_BUCKET_BITS buckets per power of two.
-const SELECT_BUCKETS: usize = select_bucket(u64::MAX) + 1;
-
-/// Values per parallel task of the selection passes: about two tasks per thread, since each task zeroes its
-/// own bucket counters (864 KiB), and at least 2^18 values so that small groups run in one task.
+/// Values per parallel task of the selection passes: about two tasks per thread, and at least 2^18 values so
+/// that small groups run in one task.
 fn select_chunk(n: usize) -> usize {
     n.div_ceil(2 * rayon::current_num_threads()).max(1 << 18)
 }
 
-/// The log-linear bucket of `value`: monotone in `value`, so the k-th smallest value lies in the bucket where
-/// the cumulative count passes k.
-const fn select_bucket(value: u64) -> usize {
-    let bits = 64 - value.leading_zeros();
-    if bits <= SUB_BUCKET_BITS + 1 {
-        value as usize
-    } else {
-        let shift = bits - (SUB_BUCKET_BITS + 1);
-        ((shift as usize) << SUB_BUCKET_BITS) + (value >> shift) as usize
+/// The log-linear buckets of one selection: `sub_bits` bits below a value's leading bit, counted from the
+/// bucket of the smallest value to that of the largest.
+#[derive(Debug, Clone, Copy)]
+struct Buckets {
+    sub_bits: u32,
+    first: usize,
+    count: usize,
+}
+
+/// From this many values on, a selection counts in buckets over the whole range of u64.
+const WHOLE_RANGE_MIN_VALUES: usize = 1 << 18;
+
+impl Buckets {
+    /// 2^[`MAX_SUB_BUCKET_BITS`] buckets per power of two, over every u64.
+    fn whole_range() -> Buckets {
+        let unbounded = Buckets {
+            sub_bits: MAX_SUB_BUCKET_BITS,
+            first: 0,
+            count: 0,
+        };
+        Buckets {
+            count: unbounded.of(u64::MAX) + 1,
+            ..unbounded
+        }
+    }
+
+    /// About four values per bucket over the powers of two that `min..=max` spans, so that the buckets holding
+    /// the ranks hold few values, and zeroing the counters costs less than counting.
+    fn spanning(n: usize, min: u64, max: u64) -> Buckets {
+        let octaves = (min.leading_zeros() - max.leading_zeros() + 1) as usize;
+        let per_octave = (n / 4 / octaves).max(1);
+        let sub_bits = per_octave.ilog2().clamp(2, MAX_SUB_BUCKET_BITS);
+        let unbounded = Buckets {
+            sub_bits,
+            first: 0,
+            count: 0,
+        };
+        let first = unbounded.of(min);
+        Buckets {
+            first,
+            count: unbounded.of(max) - first + 1,
+            ..unbounded
+        }
+    }
+
+    /// The bucket of `value` (between `min` and `max`): monotone in `value`, so the k-th smallest value lies in
+    /// the bucket where the cumulative count passes k. Values below 2^(sub_bits + 1) get a bucket each.
+    fn of(self, value: u64) -> usize {
+        let bits = 64 - value.leading_zeros();
+        let absolute = if bits <= self.sub_bits + 1 {
+            value as usize
+        } else {
+            let shift = bits - (self.sub_bits + 1);
+            ((shift as usize) << self.sub_bits) + (value >> shift) as usize
+        };
+        absolute - self.first
     }
 }
 
-/// Exact summary of `values`; `None` when empty.
+/// The sum, the maximum and the values at `ranks` (0-based, each below `values.len()`) of `values`, which is
+/// not empty.
 ///
-/// A bucketed selection instead of `select_nth_unstable` over everything: one parallel pass sums the values,
-/// finds the maximum and counts them in log-linear buckets, which tells the bucket holding each quantile's rank
-/// and the rank inside it; a second parallel pass collects only those buckets' values, and
-/// `select_nth_unstable` runs on them. Buckets are at most 1/2048 of their value wide, so they hold few
+/// A bucketed selection instead of sorting or `select_nth_unstable` over everything: a parallel pass sums the
+/// values, finds the maximum and counts them in log-linear buckets (for few values, between their minimum and
+/// maximum, found first), which tells the bucket holding each rank and the rank inside it; a second collects
+/// only those buckets' values, and `select_nth_unstable` runs on them. Buckets are a small fraction of their value wide, so they hold few
 /// samples whatever the spread; many equal values in one bucket only make that last selection longer, never
 /// wrong.
-pub(crate) fn exact_summary(values: &[u64]) -> Option<LatencySummary> {
+fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     let n = values.len();
-    if n == 0 {
-        return None;
-    }
+    // Many values: buckets over the whole range of u64 at the finest resolution (about a MiB of counters,
+    // little beside the values), so that one pass counts and sums. Few values: a first pass finds the range, so
+    // that the counters are few.
+    let (buckets, known) = if n >= WHOLE_RANGE_MIN_VALUES {
+        (Buckets::whole_range(), None)
+    } else {
+        let (sum, min, max) = values
+            .iter()
+            .fold((0u128, u64::MAX, 0u64), |(sum, min, max), &v| {
+                (sum + u128::from(v), min.min(v), max.max(v))
+            });
+        (Buckets::spanning(n, min, max), Some((sum, max)))
+    };
     struct Pass {
         sum: u128,
         max: u64,
@@ -98,18 +153,24 @@ pub(crate) fn exact_summary(values: &[u64]) -> Option<LatencySummary> {
     let empty = || Pass {
         sum: 0,
         max: 0,
-        counts: vec![0; SELECT_BUCKETS],
+        counts: vec![0; buckets.count],
     };
-    let first = values
+    let counted = values
         .par_chunks(select_chunk(n))
         .fold(empty, |mut pass, chunk| {
-            let mut sum = 0u128;
-            for &v in chunk {
-                sum += u128::from(v);
-                pass.max = pass.max.max(v);
-                pass.counts[select_bucket(v)] += 1;
+            if known.is_some() {
+                for &v in chunk {
+                    pass.counts[buckets.of(v)] += 1;
+                }
+            } else {
+                let mut sum = 0u128;
+                for &v in chunk {
+                    sum += u128::from(v);
+                    pass.max = pass.max.max(v);
+                    pass.counts[buckets.of(v)] += 1;
+                }
+                pass.sum += sum;
             }
-            pass.sum += sum;
             pass
         })
         .reduce(empty, |mut a, b| {
@@ -118,37 +179,45 @@ pub(crate) fn exact_summary(values: &[u64]) -> Option<LatencySummary> {
             a.counts.iter_mut().zip(b.counts).for_each(|(x, y)| *x += y);
             a
         });
+    let (sum, max) = known.unwrap_or((counted.sum, counted.max));
+    let counts = counted.counts;
 
-    // Each quantile's bucket (as an index into the distinct target buckets) and its rank inside the bucket.
-    let mut target_buckets: Vec<usize> = Vec::with_capacity(QUANTILES.len());
-    let mut targets: Vec<(usize, usize)> = Vec::with_capacity(QUANTILES.len());
-    for (_, q) in QUANTILES {
-        let mut rank = nearest_rank(n, q) as u64;
-        let mut bucket = 0;
-        while rank >= first.counts[bucket] {
-            rank -= first.counts[bucket];
+    // Each rank's bucket (as a slot among the distinct target buckets) and its rank inside the bucket, found by
+    // one walk over the cumulative counts in rank order.
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    order.sort_by_key(|&i| ranks[i]);
+    const NO_SLOT: u32 = u32::MAX;
+    let mut target_buckets: Vec<usize> = Vec::new();
+    let mut targets = vec![(0usize, 0usize); ranks.len()];
+    let (mut bucket, mut below) = (0usize, 0u64);
+    for i in order {
+        let rank = ranks[i] as u64;
+        while rank >= below + counts[bucket] {
+            below += counts[bucket];
             bucket += 1;
         }
-        let slot = match target_buckets.iter().position(|&b| b == bucket) {
-            Some(slot) => slot,
-            None => {
-                target_buckets.push(bucket);
-                target_buckets.len() - 1
-            }
-        };
-        targets.push((slot, rank as usize));
+        if target_buckets.last() != Some(&bucket) {
+            target_buckets.push(bucket);
+        }
+        targets[i] = (target_buckets.len() - 1, (rank - below) as usize);
     }
-    let low = target_buckets.iter().copied().min().unwrap_or(0);
-    let high = target_buckets.iter().copied().max().unwrap_or(0);
+    let low = target_buckets.first().copied().unwrap_or(0);
+    let high = target_buckets.last().copied().unwrap_or(0);
+    // A table from bucket to slot: one lookup per value in the targets' range.
+    let mut slot_of_bucket = vec![NO_SLOT; high - low + 1];
+    for (slot, &b) in target_buckets.iter().enumerate() {
+        slot_of_bucket[b - low] = slot as u32;
+    }
+    let slot = |bucket: usize| -> Option<usize> {
+        let slot = *slot_of_bucket.get(bucket.checked_sub(low)?)?;
+        (slot != NO_SLOT).then_some(slot as usize)
+    };
     let no_candidates = || vec![Vec::new(); target_buckets.len()];
     let mut candidates = values
         .par_chunks(select_chunk(n))
         .fold(no_candidates, |mut candidates, chunk| {
             for &v in chunk {
-                let bucket = select_bucket(v);
-                if (low..=high).contains(&bucket)
-                    && let Some(slot) = target_buckets.iter().position(|&b| b == bucket)
-                {
+                if let Some(slot) = slot(buckets.of(v)) {
                     candidates[slot].push(v);
                 }
             }
@@ -158,17 +227,59 @@ pub(crate) fn exact_summary(values: &[u64]) -> Option<LatencySummary> {
             a.iter_mut().zip(b).for_each(|(x, mut y)| x.append(&mut y));
             a
         });
-    let mut quantiles_ns = [0u64; QUANTILES.len()];
-    for (value, (slot, rank)) in quantiles_ns.iter_mut().zip(targets) {
-        *value = *candidates[slot].select_nth_unstable(rank).1;
+    let selected = targets
+        .into_iter()
+        .map(|(slot, rank)| *candidates[slot].select_nth_unstable(rank).1)
+        .collect();
+    (sum, max, selected)
+}
+
+/// Exact summary of `values`; `None` when empty.
+pub(crate) fn exact_summary(values: &[u64]) -> Option<LatencySummary> {
+    exact_summary_and_cdf(values, 0).0
+}
+
+/// The 1-based ranks of a CDF of `points` pairs over `n` values: ⌈i·n/points⌉, without repeats.
+fn cdf_ranks(n: usize, points: usize) -> Vec<usize> {
+    let mut ranks: Vec<usize> = (1..=points).map(|i| (i * n).div_ceil(points)).collect();
+    ranks.dedup();
+    ranks.retain(|&rank| rank > 0);
+    ranks
+}
+
+/// [`exact_summary`] of `values` and at most `points` (latency_us, fraction) pairs of their empirical CDF, from
+/// one selection: the i-th pair is the sample at rank ⌈i·n/points⌉ − 1 and the fraction of samples at or below
+/// that rank, so both columns are non-decreasing and the last pair is (max, 1).
+pub(crate) fn exact_summary_and_cdf(
+    values: &[u64],
+    points: usize,
+) -> (Option<LatencySummary>, Vec<(f64, f64)>) {
+    let n = values.len();
+    if n == 0 {
+        return (None, Vec::new());
     }
-    Some(LatencySummary {
+    let cdf = cdf_ranks(n, points);
+    let ranks: Vec<usize> = QUANTILES
+        .iter()
+        .map(|&(_, q)| nearest_rank(n, q))
+        .chain(cdf.iter().map(|rank| rank - 1))
+        .collect();
+    let (sum, max, selected) = select_ranks(values, &ranks);
+    let mut quantiles_ns = [0u64; QUANTILES.len()];
+    quantiles_ns.copy_from_slice(&selected[..QUANTILES.len()]);
+    let summary = LatencySummary {
         requests: n as u64,
-        mean_ns: first.sum as f64 / n as f64,
+        mean_ns: sum as f64 / n as f64,
         quantiles_ns,
-        max_ns: first.max,
+        max_ns: max,
         method: Method::Exact,
-    })
+    };
+    let pairs = cdf
+        .iter()
+        .zip(&selected[QUANTILES.len()..])
+        .map(|(&rank, &value)| (value as f64 / 1e3, rank as f64 / n as f64))
+        .collect();
+    (Some(summary), pairs)
 }
 
 /// Streaming accumulator for points above the memory budget: approximate quantiles, exact count, mean and max.
@@ -243,25 +354,6 @@ fn new_histogram() -> Histogram<u64> {
         .unwrap_or_else(|_| unreachable!("3 significant digits is a valid precision"));
     histogram.auto(true);
     histogram
-}
-
-/// At most `points` (latency_us, fraction) pairs of the empirical CDF of `values` (sorted in place):
-/// the i-th pair is the sample at rank ⌈i·n/points⌉ − 1 and the fraction of samples at or below that rank,
-/// so both columns are non-decreasing and the last pair is (max, 1).
-pub(crate) fn exact_cdf(values: &mut [u64], points: usize) -> Vec<(f64, f64)> {
-    values.sort_unstable();
-    let n = values.len();
-    let mut pairs: Vec<(f64, f64)> = Vec::with_capacity(points.min(n));
-    let mut last_rank = None;
-    for i in 1..=points {
-        let rank = (i * n).div_ceil(points);
-        if rank == 0 || last_rank == Some(rank) {
-            continue;
-        }
-        last_rank = Some(rank);
-        pairs.push((values[rank - 1] as f64 / 1e3, rank as f64 / n as f64));
-    }
-    pairs
 }
 
 /// Mean, sample standard deviation and nearest-rank quantiles of a small set of f64 values.

@@ -2,7 +2,7 @@
 //! (the `skip_s` send-time cut, then the per-thread `drop_fraction` warm-up cut in seq order), into either the
 //! point's latencies (exact quantiles) or HDR histograms (points above the memory budget). Row groups whose
 //! footer statistics put every send before `skip_s` are not decoded, and those entirely after it skip the
-//! `t_send_ns` column.
+//! `t_send_ns` column. A point with a sound `samples.by-thread` sidecar is read through it instead (`by_thread`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
+use fracflow_record::by_thread::{ByThreadError, SamplesByThread, sidecar_path};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -17,6 +18,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::statistics::Statistics;
 use rayon::prelude::*;
 
+use crate::by_thread;
 use crate::error::AggregateError;
 use crate::quantile::HdrAccumulator;
 use crate::spec::{Cuts, LatencyField};
@@ -50,11 +52,11 @@ pub(crate) struct GroupKey {
 }
 
 impl GroupKey {
-    fn packed(self) -> u64 {
+    pub(crate) fn packed(self) -> u64 {
         (u64::from(self.slot) << 32) | u64::from(self.fragments)
     }
 
-    fn unpack(packed: u64) -> GroupKey {
+    pub(crate) fn unpack(packed: u64) -> GroupKey {
         GroupKey {
             slot: (packed >> 32) as u32,
             fragments: packed as u32,
@@ -69,11 +71,36 @@ pub(crate) enum GroupLatencies {
     Hdr(HdrAccumulator),
 }
 
-/// Reads one point's samples: its groups in key order (one group unless the query is a trace).
+/// The point's `samples.by-thread` sidecar when there is one and it belongs to `path`; why it is not used goes to
+/// `notes` (a sidecar that is missing is no news: older runs and other writers have none).
+fn sidecar(path: &Path, notes: &mut Vec<String>) -> Option<SamplesByThread> {
+    let sidecar = sidecar_path(path);
+    if !sidecar.exists() {
+        return None;
+    }
+    SamplesByThread::open(&sidecar, path)
+        .map_err(|e| notes.push(fallback_note(path, &e)))
+        .ok()
+}
+
+fn fallback_note(path: &Path, why: &ByThreadError) -> String {
+    format!("{why}; read {} instead", path.display())
+}
+
+/// Reads one point's samples: its groups in key order (one group unless the query is a trace). From the
+/// point's sidecar when it has a sound one of this file; otherwise, or when reading the sidecar fails, from the
+/// Parquet file, with the reason in `notes`.
 pub(crate) fn read_point(
     path: &Path,
     query: &SampleQuery,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<(GroupKey, GroupLatencies)>, AggregateError> {
+    if let Some(file) = sidecar(path, notes) {
+        match by_thread::read_point(&file, query) {
+            Ok(groups) => return Ok(groups),
+            Err(e) => notes.push(fallback_note(path, &e)),
+        }
+    }
     let file = SamplesFile::open(path, query)?;
     let rows: u64 = file.row_group_rows.iter().sum();
     if rows > query.exact_max_samples {
@@ -707,7 +734,7 @@ impl SamplesFile {
     }
 }
 
-fn trace_group(slot: u32, request_bytes: u32, piece: u32) -> GroupKey {
+pub(crate) fn trace_group(slot: u32, request_bytes: u32, piece: u32) -> GroupKey {
     GroupKey {
         slot,
         fragments: request_bytes.saturating_sub(TRACE_HEADER_BYTES) / piece,
@@ -792,7 +819,14 @@ pub(crate) fn read_blocks(
     path: &Path,
     query: &SampleQuery,
     block_ns: u64,
+    notes: &mut Vec<String>,
 ) -> Result<BTreeMap<u64, Vec<u64>>, AggregateError> {
+    if let Some(file) = sidecar(path, notes) {
+        match by_thread::read_blocks(&file, query, block_ns) {
+            Ok(blocks) => return Ok(blocks),
+            Err(e) => notes.push(fallback_note(path, &e)),
+        }
+    }
     let file = SamplesFile::open(path, query)?;
     let skip_ns = query.cuts.skip_ns;
     let mut rows: Vec<(u32, u64, u64, u64)> = Vec::new();

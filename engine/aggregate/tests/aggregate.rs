@@ -1820,3 +1820,210 @@ mod verdicts {
         assert!(paper[2].at.contains("2 rows match"), "{}", paper[2].at);
     }
 }
+
+/// The `samples.by-thread` sidecar the client writes beside `samples.parquet`: reading through it gives the
+/// Parquet reader's tables exactly, and a sidecar that is stale, corrupt or not indexed is not used and says so.
+mod by_thread {
+    use super::*;
+
+    use fracflow_record::SAMPLES_BY_THREAD_FILE;
+
+    /// A deterministic point: `threads` client threads (ids `0, 2, 4, …`: a gap between each) with `rows(t)`
+    /// samples each, thread after thread in seq order as the client writes them. Thread t sends seq s at
+    /// `start(t) + s · 1 ms`; latencies spread over three orders of magnitude, with repeats.
+    fn client_samples(
+        threads: u32,
+        rows: impl Fn(u32) -> u64,
+        start: impl Fn(u32) -> u64,
+    ) -> Vec<fracflow_client::Sample> {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut samples = Vec::new();
+        for t in 0..threads {
+            for seq in 0..rows(t) {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let last_piece = 1_000 + (state >> 33) % (1 << (10 + (state >> 60)));
+                samples.push(fracflow_client::Sample {
+                    thread: 2 * t,
+                    seq,
+                    t_send_ns: start(t) + seq * 1_000_000,
+                    latency_ns: last_piece + 300,
+                    latency_last_piece_ns: last_piece,
+                    slot: (seq % 3) as u16,
+                    request_bytes: 64 + 512 * (seq % 5) as u32,
+                    response_bytes: 64,
+                });
+            }
+        }
+        samples
+    }
+
+    /// Writes `samples` with the client's writer into `dir` (Parquet + sidecar) and the Parquet file alone into
+    /// `dir-parquet`; returns both points.
+    fn both_ways(
+        root: &Path,
+        name: &str,
+        samples: &[fracflow_client::Sample],
+    ) -> Result<(PointSource, PointSource), Box<dyn std::error::Error>> {
+        let with = root.join(name);
+        let without = root.join(format!("{name}-parquet"));
+        std::fs::create_dir_all(&with)?;
+        std::fs::create_dir_all(&without)?;
+        fracflow_client::write_samples_parquet(&with.join(SAMPLES_FILE), samples)?;
+        assert!(with.join(SAMPLES_BY_THREAD_FILE).is_file());
+        std::fs::copy(with.join(SAMPLES_FILE), without.join(SAMPLES_FILE))?;
+        let labels = [("point", text(name))];
+        Ok((point(with, &labels), point(without, &labels)))
+    }
+
+    /// Aggregates `points` with `json` and returns the tables and notes.
+    fn run(
+        root: &Path,
+        json: &str,
+        points: &[PointSource],
+    ) -> Result<fracflow_aggregate::Aggregated, Box<dyn std::error::Error>> {
+        let out = root.join(format!("out-{}", fracflow_record::unique_suffix()));
+        Ok(aggregate(&spec(json)?, points, &out)?)
+    }
+
+    /// Every spec shape the pipelines use, and the edges of the cuts.
+    const SPECS: &[&str] = &[
+        r#"{"stats":"samples"}"#,
+        r#"{"stats":"samples","skip_s":0.5}"#,
+        r#"{"stats":"samples","skip_s":0.5,"drop_fraction":0.25,"latency":"from_send"}"#,
+        r#"{"stats":"samples","skip_s":0.25,"drop_fraction":0.999}"#,
+        r#"{"stats":"samples","skip_s":1000}"#,
+        r#"{"stats":"samples","skip_s":0.5,"drop_fraction":0.25,"cdf":{"drop_fraction":0.1,"points":50},"blocks_ms":50}"#,
+        r#"{"stats":"samples","skip_s":0.5,"drop_fraction":0.25,"exact_max_samples":100}"#,
+        r#"{"stats":"samples","drop_fraction":0.5,"cdf":{"points":20},"exact_max_samples":10}"#,
+        r#"{"stats":"trace","functions":{"0":"Top-K","1":"Logit"},"piece":512}"#,
+        r#"{"stats":"trace","skip_s":0.3,"drop_fraction":0.1,"piece":1024,"exact_max_samples":100}"#,
+    ];
+
+    #[test]
+    fn the_sidecar_gives_the_parquet_readers_tables_exactly() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path();
+        let cases: Vec<(&str, Vec<fracflow_client::Sample>)> = vec![
+            // Several pages per thread, the send-time cut inside a page, threads of different lengths.
+            (
+                "pages",
+                client_samples(
+                    5,
+                    |t| 3_000 + 2_500 * u64::from(t),
+                    |t| u64::from(t) * 7_777,
+                ),
+            ),
+            // A thread that starts after every other ended, and one entirely before the cut.
+            (
+                "late",
+                client_samples(
+                    3,
+                    |t| 600 + u64::from(t),
+                    |t| [0, 900_000_000, 0][t as usize] * 3,
+                ),
+            ),
+            ("one sample", client_samples(1, |_| 1, |_| 600_000_000)),
+            (
+                "one per thread",
+                client_samples(4, |_| 1, |t| u64::from(t) * 400_000_000),
+            ),
+            ("all before the cut", client_samples(3, |_| 200, |_| 0)),
+            ("empty", Vec::new()),
+        ];
+        for (name, samples) in &cases {
+            let (with, without) = both_ways(root, name, samples)?;
+            for json in SPECS {
+                let by_thread = run(root, json, std::slice::from_ref(&with))?;
+                let parquet = run(root, json, std::slice::from_ref(&without))?;
+                assert!(
+                    by_thread.notes.is_empty(),
+                    "{name}, {json}: {:?}",
+                    by_thread.notes
+                );
+                assert_eq!(by_thread.tables, parquet.tables, "{name}, {json}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_stale_corrupt_or_unindexed_sidecar_is_not_used_and_says_why() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path();
+        let json = r#"{"stats":"samples","skip_s":0.5,"drop_fraction":0.25,"cdf":{"points":20},"blocks_ms":100}"#;
+        let samples = client_samples(3, |t| 5_000 + u64::from(t), |_| 0);
+        let (with, without) = both_ways(root, "point", &samples)?;
+        let expected = run(root, json, std::slice::from_ref(&without))?.tables;
+        let sidecar = with.dir.join(SAMPLES_BY_THREAD_FILE);
+        let good = std::fs::read(&sidecar)?;
+        let parquet = std::fs::read(with.dir.join(SAMPLES_FILE))?;
+
+        let assert_falls_back = |why: &str| -> TestResult {
+            let result = run(root, json, std::slice::from_ref(&with))?;
+            assert_eq!(result.tables, expected, "{why}");
+            assert!(
+                !result.notes.is_empty()
+                    && result
+                        .notes
+                        .iter()
+                        .all(|n| n.contains(why) && n.contains("instead")),
+                "{why}: {:?}",
+                result.notes
+            );
+            Ok(())
+        };
+        // A flipped byte in the page of send times where the cut falls: found when the page is read.
+        let mut bad = good.clone();
+        bad[16 + 3_000 * 8 + 100] ^= 1;
+        std::fs::write(&sidecar, &bad)?;
+        assert_falls_back("corrupt")?;
+        // Cut short.
+        std::fs::write(&sidecar, &good[..good.len() - 1])?;
+        assert_falls_back("corrupt")?;
+        // A sound sidecar of other samples: the Parquet file was rewritten after it.
+        std::fs::write(&sidecar, &good)?;
+        let other = client_samples(3, |_| 4_000, |_| 1);
+        std::fs::create_dir_all(root.join("other"))?;
+        fracflow_client::write_samples_parquet(&root.join("other").join(SAMPLES_FILE), &other)?;
+        std::fs::copy(
+            root.join("other").join(SAMPLES_FILE),
+            with.dir.join(SAMPLES_FILE),
+        )?;
+        std::fs::copy(
+            root.join("other").join(SAMPLES_FILE),
+            without.dir.join(SAMPLES_FILE),
+        )?;
+        let expected_other = run(root, json, std::slice::from_ref(&without))?.tables;
+        let result = run(root, json, std::slice::from_ref(&with))?;
+        assert_eq!(result.tables, expected_other);
+        assert!(
+            result
+                .notes
+                .iter()
+                .all(|n| n.contains("belongs to another")),
+            "{:?}",
+            result.notes
+        );
+        assert!(!result.notes.is_empty());
+        // Samples the client did not write thread by thread: the sidecar says it holds none.
+        std::fs::write(with.dir.join(SAMPLES_FILE), &parquet)?;
+        let mut interleaved = samples.clone();
+        interleaved.sort_by_key(|s| (s.seq, s.thread));
+        fracflow_client::write_samples_parquet(&with.dir.join(SAMPLES_FILE), &interleaved)?;
+        std::fs::copy(with.dir.join(SAMPLES_FILE), without.dir.join(SAMPLES_FILE))?;
+        let result = run(root, json, std::slice::from_ref(&with))?;
+        assert_eq!(
+            result.tables,
+            run(root, json, std::slice::from_ref(&without))?.tables
+        );
+        assert!(
+            result.notes.iter().all(|n| n.contains("not indexed")),
+            "{:?}",
+            result.notes
+        );
+        assert!(!result.notes.is_empty());
+        Ok(())
+    }
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
+use fracflow_record::by_thread::{self, SampleRow, sidecar_path};
 use fracflow_record::samples::samples_schema;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -28,8 +29,38 @@ pub struct SamplesError {
     pub why: String,
 }
 
-/// Writes `samples` to `path` (zstd-compressed Parquet).
+/// Writes `samples` to `path` (zstd-compressed Parquet), and beside it their sidecar (`samples.by-thread` beside
+/// `samples.parquet`), which aggregation reads instead when it belongs to that file (`fracflow_record::by_thread`).
 pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
+    let sidecar = sidecar_path(path);
+    let sidecar_error = |e: std::io::Error| SamplesError {
+        path: sidecar.clone(),
+        why: e.to_string(),
+    };
+    // The sidecar's data is written on a second thread while the Parquet file is compressed, so that it adds
+    // little to the end of a point; its directory names the Parquet file, so it is finished last.
+    std::thread::scope(|scope| {
+        let pending = scope.spawn(|| {
+            by_thread::begin(&sidecar, samples, |s| SampleRow {
+                thread: s.thread,
+                seq: s.seq,
+                t_send_ns: s.t_send_ns,
+                latency_ns: s.latency_ns,
+                latency_last_piece_ns: s.latency_last_piece_ns,
+                slot: u32::from(s.slot),
+                request_bytes: s.request_bytes,
+            })
+        });
+        write_parquet(path, samples)?;
+        let pending = pending
+            .join()
+            .map_err(|_| sidecar_error(std::io::Error::other("the sidecar's writer panicked")))?
+            .map_err(sidecar_error)?;
+        pending.finish(path).map_err(sidecar_error)
+    })
+}
+
+fn write_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
     let err = |why: String| SamplesError {
         path: path.to_path_buf(),
         why,

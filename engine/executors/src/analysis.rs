@@ -133,6 +133,16 @@ impl Executor for AggregateKind {
         };
         let aggregated = fracflow_aggregate::aggregate(&spec, &points, job.out_dir)
             .map_err(|e| failed(job.spec, e))?;
+        if !aggregated.notes.is_empty() {
+            use std::io::Write;
+            let mut log = std::fs::OpenOptions::new()
+                .append(true)
+                .open(job.log)
+                .map_err(|e| failed(job.spec, e))?;
+            for note in &aggregated.notes {
+                writeln!(log, "note: {note}").map_err(|e| failed(job.spec, e))?;
+            }
+        }
         let rows: usize = aggregated.tables.values().map(|t| t.rows.len()).sum();
         let metrics = BTreeMap::from([
             ("points".to_owned(), serde_json::json!(points.len())),

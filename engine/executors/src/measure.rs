@@ -20,6 +20,7 @@ use fracflow_client::{
 use fracflow_core::{
     ConfigProblem, Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, PathSegment,
 };
+use fracflow_record::SAMPLES_BY_THREAD_FILE;
 use fracflow_record::measure::{
     CONSOLE_FILE, EmbeddedReport, FperfReport, MeasureSource, MeasureSummary, MemberClient,
     MemberSummary, SAMPLES_FILE, SECONDS_FILE, SUMMARY_FILE,
@@ -367,6 +368,12 @@ impl Executor for MeasureKind {
 
     fn config_schema(&self) -> serde_json::Value {
         crate::config::schema_of::<MeasureConfig>()
+    }
+
+    /// The samples' sidecar, written with `samples.parquet` for aggregation to read instead (the Parquet file
+    /// stays the declared output pipelines name).
+    fn implied_outputs(&self, _spec: &NodeSpec) -> Vec<String> {
+        vec![SAMPLES_BY_THREAD_FILE.to_owned()]
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {

@@ -23,7 +23,9 @@ pub use fperf::{fperf_console, fperf_hugepage};
 pub use hw::{hw_shell, hw_unit, testbed_profile};
 pub use pipeline::pipeline_load;
 pub use proto::{proto_controller, proto_reassembly};
-pub use samples::{let_parquet_panics_unwind, samples_parquet};
+pub use samples::{
+    by_thread_sidecar, let_parquet_panics_unwind, samples_by_thread, samples_parquet,
+};
 pub use scratch::remove_scratch;
 pub use tools::{host_facts, metric_extract, scontrol_show_job, trace_csv};
 
@@ -44,6 +46,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("pipeline_load", pipeline_load),
     ("proto_controller", proto_controller),
     ("proto_reassembly", proto_reassembly),
+    ("samples_by_thread", samples_by_thread),
     ("samples_parquet", samples_parquet),
     ("scontrol_show_job", scontrol_show_job),
     ("testbed_profile", testbed_profile),

@@ -266,5 +266,23 @@ fn write_the_binary_seeds() -> Result<(), Box<dyn std::error::Error>> {
             &std::fs::read(&path)?,
         )?;
     }
+
+    // The sidecar of the fixed Parquet file the target writes, behind each mode byte, and cut short.
+    let sidecar =
+        fracflow_fuzzing::by_thread_sidecar().ok_or("the sidecar seed was not written")?;
+    for (name, mode) in [
+        ("sound", 0u8),
+        ("resealed", 1),
+        ("rechecked", 2),
+        ("histogram", 4),
+        ("trace", 8),
+    ] {
+        let mut input = vec![mode];
+        input.extend_from_slice(&sidecar);
+        write("samples_by_thread", name, &input)?;
+    }
+    let mut truncated = vec![0u8];
+    truncated.extend_from_slice(&sidecar[..sidecar.len() / 2]);
+    write("samples_by_thread", "truncated", &truncated)?;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
-//! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema, command
-//! metrics), and the narrow layer of file operations with the atomic publish they share.
+//! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema and its
+//! by-thread sidecar, command metrics), and the narrow layer of file operations with the atomic publish they
+//! share.
 
 pub mod atomic;
+pub mod by_thread;
 pub mod event;
 pub mod manifest;
 pub mod measure;
@@ -16,6 +18,7 @@ pub use atomic::{
     AppendFile, FileOps, Files, Publish, RealFiles, atomic_replace, atomic_write, fsync_dir,
     unique_suffix,
 };
+pub use by_thread::SAMPLES_BY_THREAD_FILE;
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 pub use measure::{

@@ -1,0 +1,281 @@
+//! Reading a point through its `samples.by-thread` sidecar: each thread's cuts are a range of its rows (the
+//! send-time cut from a binary search over the send times, the warm-up cut from the count that remains), so only
+//! the kept rows of the needed columns are read. The results are those of the Parquet reader in `samples`: the
+//! same kept samples, and grouped the same way.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use fracflow_record::SampleColumn;
+use fracflow_record::by_thread::{ByThreadError, SamplesByThread};
+use rayon::prelude::*;
+
+use crate::quantile::HdrAccumulator;
+use crate::samples::{GroupKey, GroupLatencies, SampleQuery, trace_group};
+use crate::spec::Cuts;
+
+/// Rows read at once on the histogram path, per thread.
+const HDR_BATCH_ROWS: u64 = 64 * 1024;
+
+/// Rows of slots and request sizes read at once for a trace's groups, per thread.
+const KEY_BATCH_ROWS: u64 = 16 * 1024;
+
+/// Each thread's kept rows under `cuts`, in [`SamplesByThread::threads`] order: the rows sent at or after
+/// `skip_ns`, less the first ⌊kept · drop_fraction⌋ of them (the Parquet reader's `drop_counts`).
+fn kept_ranges(file: &SamplesByThread, cuts: Cuts) -> Result<Vec<Range<u64>>, ByThreadError> {
+    let rows: Vec<u64> = file.threads().map(|(_, rows)| rows).collect();
+    rows.par_iter()
+        .enumerate()
+        .map(|(index, &rows)| {
+            let skipped = if cuts.skip_ns == 0 {
+                0
+            } else {
+                file.first_row_sent_from(index, cuts.skip_ns)?
+            };
+            let kept = rows - skipped;
+            let dropped = if cuts.drop_fraction > 0.0 {
+                ((kept as f64 * cuts.drop_fraction).floor() as u64).min(kept)
+            } else {
+                0
+            };
+            Ok(skipped + dropped..rows)
+        })
+        .collect()
+}
+
+/// The values of `column` at `ranges` (one per thread), thread after thread, read in parallel.
+fn read_ranges(
+    file: &SamplesByThread,
+    column: SampleColumn,
+    ranges: &[Range<u64>],
+) -> Result<Vec<u64>, ByThreadError> {
+    fill_ranges(ranges, |index, range, out| {
+        file.read_rows(index, column, range, out)
+    })
+}
+
+/// One value per row of `ranges` (one range per thread), thread after thread: `fill(thread index, rows, out)`
+/// writes a thread's, the threads in parallel.
+fn fill_ranges(
+    ranges: &[Range<u64>],
+    fill: impl Fn(usize, Range<u64>, &mut [u64]) -> Result<(), ByThreadError> + Sync,
+) -> Result<Vec<u64>, ByThreadError> {
+    let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    let mut values = vec![0u64; total as usize];
+    let mut slices = Vec::with_capacity(ranges.len());
+    let mut rest = values.as_mut_slice();
+    for range in ranges {
+        let (head, tail) =
+            std::mem::take(&mut rest).split_at_mut((range.end - range.start) as usize);
+        slices.push(head);
+        rest = tail;
+    }
+    slices
+        .into_par_iter()
+        .zip(ranges.par_iter())
+        .enumerate()
+        .try_for_each(|(index, (out, range))| fill(index, range.clone(), out))?;
+    Ok(values)
+}
+
+/// The trace group (packed) of every row of `ranges`, read a batch of slots and request sizes at a time.
+fn read_trace_keys(
+    file: &SamplesByThread,
+    ranges: &[Range<u64>],
+    piece: u32,
+) -> Result<Vec<u64>, ByThreadError> {
+    fill_ranges(ranges, |index, range, out| {
+        let mut slots = vec![0u64; KEY_BATCH_ROWS as usize];
+        let mut bytes = vec![0u64; KEY_BATCH_ROWS as usize];
+        let mut start = range.start;
+        for keys in out.chunks_mut(KEY_BATCH_ROWS as usize) {
+            let rows = start..start + keys.len() as u64;
+            let (slots, bytes) = (&mut slots[..keys.len()], &mut bytes[..keys.len()]);
+            file.read_rows(index, SampleColumn::Slot, rows.clone(), slots)?;
+            file.read_rows(index, SampleColumn::RequestBytes, rows, bytes)?;
+            for ((key, &slot), &bytes) in keys.iter_mut().zip(&*slots).zip(&*bytes) {
+                *key = trace_group(slot as u32, bytes as u32, piece).packed();
+            }
+            start += keys.len() as u64;
+        }
+        Ok(())
+    })
+}
+
+/// One point's groups, as [`crate::samples::read_point`] returns them from the Parquet file.
+pub(crate) fn read_point(
+    file: &SamplesByThread,
+    query: &SampleQuery,
+) -> Result<Vec<(GroupKey, GroupLatencies)>, ByThreadError> {
+    let ranges = kept_ranges(file, query.cuts)?;
+    let latency = query.latency.column();
+    if file.rows() > query.exact_max_samples {
+        return read_hdr(file, query, &ranges);
+    }
+    let values = read_ranges(file, latency, &ranges)?;
+    let Some(piece) = query.trace_piece else {
+        return Ok(vec![(
+            GroupKey {
+                slot: 0,
+                fragments: 0,
+            },
+            GroupLatencies::Exact(values),
+        )]);
+    };
+    let keys = read_trace_keys(file, &ranges, piece)?;
+    Ok(
+        group_by_key(keys.iter().map(|&packed| GroupKey::unpack(packed)), &values)
+            .into_iter()
+            .map(|(key, values)| (key, GroupLatencies::Exact(values)))
+            .collect(),
+    )
+}
+
+/// Keys with a slot below this and fewer fragments than [`DENSE_FRAGMENTS`] get their id from a table, without
+/// hashing (every real trace: four functions, a few fragment counts).
+const DENSE_SLOTS: u32 = 16;
+const DENSE_FRAGMENTS: u32 = 256;
+
+/// `values` grouped by their `keys` (one per value), in key order: a dense id per distinct key (from a table for
+/// small keys, a map for the rest), counts per id, then each value into a vector of exactly its group's size.
+fn group_by_key(keys: impl Iterator<Item = GroupKey>, values: &[u64]) -> Vec<(GroupKey, Vec<u64>)> {
+    const NO_ID: u32 = u32::MAX;
+    let mut dense = vec![NO_ID; (DENSE_SLOTS * DENSE_FRAGMENTS) as usize];
+    let mut sparse: HashMap<u64, u32> = HashMap::new();
+    let mut distinct: Vec<GroupKey> = Vec::new();
+    let mut counts: Vec<usize> = Vec::new();
+    let row_ids: Vec<u32> = keys
+        .map(|key| {
+            let mut new_id = || {
+                distinct.push(key);
+                counts.push(0);
+                (distinct.len() - 1) as u32
+            };
+            let id = if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
+                let entry = &mut dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
+                if *entry == NO_ID {
+                    *entry = new_id();
+                }
+                *entry
+            } else {
+                *sparse.entry(key.packed()).or_insert_with(new_id)
+            };
+            counts[id as usize] += 1;
+            id
+        })
+        .collect();
+    let mut groups: Vec<Vec<u64>> = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+    for (&id, &value) in row_ids.iter().zip(values) {
+        groups[id as usize].push(value);
+    }
+    let mut keyed: Vec<(GroupKey, Vec<u64>)> = distinct.into_iter().zip(groups).collect();
+    keyed.sort_unstable_by_key(|(key, _)| *key);
+    keyed
+}
+
+/// Points above `exact_max_samples`: the kept rows streamed into histograms, a batch of each thread at a time.
+fn read_hdr(
+    file: &SamplesByThread,
+    query: &SampleQuery,
+    ranges: &[Range<u64>],
+) -> Result<Vec<(GroupKey, GroupLatencies)>, ByThreadError> {
+    let per_thread: Vec<BTreeMap<GroupKey, HdrAccumulator>> = ranges
+        .par_iter()
+        .enumerate()
+        .map(|(index, range)| {
+            let mut groups: BTreeMap<GroupKey, HdrAccumulator> = BTreeMap::new();
+            let mut start = range.start;
+            while start < range.end {
+                let end = (start + HDR_BATCH_ROWS).min(range.end);
+                let len = (end - start) as usize;
+                let mut values = vec![0u64; len];
+                file.read_rows(index, query.latency.column(), start..end, &mut values)?;
+                let keys: Vec<GroupKey> = match query.trace_piece {
+                    Some(piece) => {
+                        let mut slots = vec![0u64; len];
+                        let mut bytes = vec![0u64; len];
+                        file.read_rows(index, SampleColumn::Slot, start..end, &mut slots)?;
+                        file.read_rows(index, SampleColumn::RequestBytes, start..end, &mut bytes)?;
+                        slots
+                            .iter()
+                            .zip(&bytes)
+                            .map(|(&slot, &bytes)| trace_group(slot as u32, bytes as u32, piece))
+                            .collect()
+                    }
+                    None => Vec::new(),
+                };
+                if keys.is_empty() {
+                    let accumulator = groups
+                        .entry(GroupKey {
+                            slot: 0,
+                            fragments: 0,
+                        })
+                        .or_insert_with(HdrAccumulator::new);
+                    values.iter().for_each(|&v| accumulator.record(v));
+                } else {
+                    for (&value, key) in values.iter().zip(keys) {
+                        groups
+                            .entry(key)
+                            .or_insert_with(HdrAccumulator::new)
+                            .record(value);
+                    }
+                }
+                start = end;
+            }
+            Ok(groups)
+        })
+        .collect::<Result<_, ByThreadError>>()?;
+    let mut merged: BTreeMap<GroupKey, HdrAccumulator> = BTreeMap::new();
+    for groups in per_thread {
+        for (key, accumulator) in groups {
+            merged
+                .entry(key)
+                .or_insert_with(HdrAccumulator::new)
+                .merge(&accumulator);
+        }
+    }
+    if merged.is_empty() && query.trace_piece.is_none() {
+        merged.insert(
+            GroupKey {
+                slot: 0,
+                fragments: 0,
+            },
+            HdrAccumulator::new(),
+        );
+    }
+    Ok(merged
+        .into_iter()
+        .map(|(key, accumulator)| (key, GroupLatencies::Hdr(accumulator)))
+        .collect())
+}
+
+/// One point's kept latencies by block of `block_ns` of send time, as [`crate::samples::read_blocks`] returns
+/// them from the Parquet file.
+pub(crate) fn read_blocks(
+    file: &SamplesByThread,
+    query: &SampleQuery,
+    block_ns: u64,
+) -> Result<BTreeMap<u64, Vec<u64>>, ByThreadError> {
+    let ranges = kept_ranges(file, query.cuts)?;
+    let sends = read_ranges(file, SampleColumn::TSendNs, &ranges)?;
+    let values = read_ranges(file, query.latency.column(), &ranges)?;
+    let mut blocks: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    // Send times do not decrease within a thread, so a block is a run of rows: one map lookup per run, and a
+    // run ends at the first row sent outside the block's window (later, or earlier: the next thread's).
+    let block_ns = block_ns.max(1);
+    let mut start = 0;
+    while start < sends.len() {
+        let block = sends[start] / block_ns;
+        let (begin, end) = (block * block_ns, (block + 1).saturating_mul(block_ns));
+        let len = sends[start..]
+            .iter()
+            .position(|&sent| sent < begin || sent >= end)
+            .unwrap_or(sends.len() - start);
+        blocks
+            .entry(block)
+            .or_default()
+            .extend_from_slice(&values[start..start + len]);
+        start += len;
+    }
+    Ok(blocks)
+}

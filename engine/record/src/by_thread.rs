@@ -1,0 +1,888 @@
+//! `samples.by-thread`: the columns of `samples.parquet` that aggregation's cuts and groups read, stored per
+//! client thread in seq order, in checksummed pages of raw little-endian integers. The client writes it beside
+//! the Parquet file (which stays, for pandas users); aggregation reads it when it belongs to that file and falls
+//! back to the Parquet file otherwise.
+//!
+//! Why this shape: in seq order with non-decreasing send times, both cuts of a thread (`skip_s` on the send
+//! time, then the first ⌊kept · drop_fraction⌋ in seq order) leave one contiguous range of rows, found by a
+//! binary search over each page's first send time and one page read. Only the kept rows of the latency column
+//! are read then, with no decompression, in the narrowest width that holds the column.
+//!
+//! ```text
+//! header   "FRFLSBT\0", version (u32), 0 (u32)                                 16 bytes
+//! data     per thread, per stored column: its rows in pages of `page_rows`      raw LE integers of `width` bytes
+//! directory JSON (Directory)
+//! trailer  directory length (u64), blake3 of the directory (32), "FRFLSBT\0"   48 bytes
+//! ```
+//!
+//! The directory records which Parquet file the sidecar belongs to (its length and the blake3 of its footer,
+//! which holds every column chunk's offset, compressed size and min/max statistics), each column's width, and
+//! per thread its row count, where its data starts, each page's first send time and each page's checksum. A
+//! file is hostile input: every size is checked against the file's length before anything is allocated or read,
+//! and a page whose checksum differs is an error, never data.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::samples::SampleColumn;
+
+/// The sidecar's name beside `samples.parquet` ([`sidecar_path`]).
+pub const SAMPLES_BY_THREAD_FILE: &str = "samples.by-thread";
+
+/// Where the sidecar of the Parquet samples file `parquet` is: beside it, its extension `by-thread`.
+pub fn sidecar_path(parquet: &Path) -> PathBuf {
+    parquet.with_extension("by-thread")
+}
+
+/// The format's version; a reader refuses any other.
+pub const VERSION: u32 = 1;
+
+const MAGIC: &[u8; 8] = b"FRFLSBT\0";
+const HEADER_BYTES: u64 = 16;
+const TRAILER_BYTES: u64 = 48;
+
+/// Rows per page: a cut's boundary costs one page read of the send times (32 KiB), and a checksum covers a
+/// page, so this is also the granularity of what a read touches beyond the rows it keeps.
+pub const PAGE_ROWS: u32 = 4096;
+
+/// Readers refuse directories above this (a 100 M-row point's is about 2 MiB).
+const MAX_DIRECTORY_BYTES: u64 = 64 << 20;
+/// Readers refuse pages above this many rows.
+const MAX_PAGE_ROWS: u32 = 1 << 20;
+/// Thread ids index per-thread arrays; anything larger is a corrupt file, not a real client.
+pub const MAX_THREAD_ID: u32 = 1 << 16;
+/// A Parquet footer above this is not one the client wrote.
+const MAX_PARQUET_FOOTER_BYTES: u64 = 256 << 20;
+
+/// The columns stored, in data order: what the send-time cut, the latencies and a trace's groups need.
+pub const STORED_COLUMNS: [SampleColumn; 5] = [
+    SampleColumn::TSendNs,
+    SampleColumn::LatencyNs,
+    SampleColumn::LatencyLastPieceNs,
+    SampleColumn::Slot,
+    SampleColumn::RequestBytes,
+];
+
+/// One request, as the sidecar's writer needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleRow {
+    pub thread: u32,
+    pub seq: u64,
+    pub t_send_ns: u64,
+    pub latency_ns: u64,
+    pub latency_last_piece_ns: u64,
+    pub slot: u32,
+    pub request_bytes: u32,
+}
+
+impl SampleRow {
+    fn value(&self, column: SampleColumn) -> u64 {
+        match column {
+            SampleColumn::Thread => u64::from(self.thread),
+            SampleColumn::Seq => self.seq,
+            SampleColumn::TSendNs => self.t_send_ns,
+            SampleColumn::LatencyNs => self.latency_ns,
+            SampleColumn::LatencyLastPieceNs => self.latency_last_piece_ns,
+            SampleColumn::Slot => u64::from(self.slot),
+            SampleColumn::RequestBytes => u64::from(self.request_bytes),
+            SampleColumn::ResponseBytes => 0,
+        }
+    }
+}
+
+/// Which Parquet file a sidecar belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParquetIdentity {
+    /// The file's length.
+    pub bytes: u64,
+    /// blake3 (hex) of the footer: the Thrift metadata, its length and the closing `PAR1`.
+    pub footer_blake3: String,
+}
+
+impl ParquetIdentity {
+    /// Reads the identity of the Parquet file at `path`: its length and the hash of its footer, without
+    /// decoding anything.
+    pub fn of(path: &Path) -> io::Result<ParquetIdentity> {
+        let mut file = File::open(path)?;
+        let bytes = file.metadata()?.len();
+        let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
+        if bytes < 12 {
+            return Err(invalid("too short for a Parquet file"));
+        }
+        let mut tail = [0u8; 8];
+        file.seek(SeekFrom::Start(bytes - 8))?;
+        file.read_exact(&mut tail)?;
+        if &tail[4..] != b"PAR1" {
+            return Err(invalid("no closing PAR1"));
+        }
+        let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])) + 8;
+        if footer > bytes - 4 || footer > MAX_PARQUET_FOOTER_BYTES {
+            return Err(invalid("the footer length exceeds the file"));
+        }
+        let mut hasher = blake3::Hasher::new();
+        file.seek(SeekFrom::Start(bytes - footer))?;
+        io::copy(&mut (&mut file).take(footer), &mut hasher)?;
+        Ok(ParquetIdentity {
+            bytes,
+            footer_blake3: hasher.finalize().to_hex().to_string(),
+        })
+    }
+}
+
+/// A stored column and the width of its values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredColumn {
+    pub name: String,
+    /// Bytes per value: 1, 2, 4 or 8 — the narrowest that holds the column's largest value.
+    pub width: u8,
+}
+
+/// One thread's rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadLayout {
+    pub thread: u32,
+    pub rows: u64,
+    /// Where its data starts: each stored column's rows in turn, in the directory's column order.
+    pub offset: u64,
+    /// Per page, the send time of its first row (non-decreasing: the send times are, in seq order).
+    pub first_send_ns: Vec<u64>,
+    /// Per column, per page (column-major): the first 8 bytes of the page's blake3, little-endian.
+    pub checksums: Vec<u64>,
+}
+
+/// The directory at the end of the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Directory {
+    pub parquet: ParquetIdentity,
+    pub page_rows: u32,
+    pub columns: Vec<StoredColumn>,
+    pub threads: Vec<ThreadLayout>,
+    /// Why the samples could not be stored by thread (a thread's send times decrease in seq order, or a seq
+    /// repeats): readers use the Parquet file. `threads` is empty then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_indexed: Option<String>,
+}
+
+/// Why a sidecar was not used.
+#[derive(Debug)]
+pub enum ByThreadError {
+    Io {
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The bytes are not a sidecar this reader wrote: damaged, truncated, another version.
+    Corrupt {
+        path: PathBuf,
+        why: String,
+    },
+    /// A sound sidecar of another Parquet file (an older run's, or copied from elsewhere).
+    Foreign {
+        path: PathBuf,
+        why: String,
+    },
+    /// The writer could not store these samples by thread.
+    NotIndexed {
+        path: PathBuf,
+        why: String,
+    },
+}
+
+impl std::fmt::Display for ByThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ByThreadError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ByThreadError::Corrupt { path, why } => write!(f, "{}: corrupt: {why}", path.display()),
+            ByThreadError::Foreign { path, why } => write!(
+                f,
+                "{}: belongs to another samples.parquet ({why})",
+                path.display()
+            ),
+            ByThreadError::NotIndexed { path, why } => {
+                write!(f, "{}: not indexed: {why}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ByThreadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ByThreadError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+fn width_of(max: u64) -> u8 {
+    if max <= u64::from(u8::MAX) {
+        1
+    } else if max <= u64::from(u16::MAX) {
+        2
+    } else if max <= u64::from(u32::MAX) {
+        4
+    } else {
+        8
+    }
+}
+
+/// A page's checksum: the first 8 bytes of its blake3, little-endian.
+pub fn page_checksum(bytes: &[u8]) -> u64 {
+    let hash = blake3::hash(bytes);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.as_bytes()[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// Writes the sidecar of the Parquet file `parquet` (already written) holding `samples` to `path`: [`begin`]
+/// then [`PendingSidecar::finish`].
+pub fn write_samples_by_thread<T>(
+    path: &Path,
+    parquet: &Path,
+    samples: &[T],
+    row: impl Fn(&T) -> SampleRow,
+) -> io::Result<()> {
+    begin(path, samples, row)?.finish(parquet)
+}
+
+/// A sidecar whose data is written; its directory names the Parquet file, so it is finished once that is.
+#[derive(Debug)]
+pub struct PendingSidecar {
+    out: BufWriter<File>,
+    columns: Vec<StoredColumn>,
+    threads: Vec<ThreadLayout>,
+    not_indexed: Option<String>,
+}
+
+impl PendingSidecar {
+    /// Writes the directory, naming the Parquet file `parquet` (now written) as the one the sidecar belongs to.
+    pub fn finish(mut self, parquet: &Path) -> io::Result<()> {
+        let directory = Directory {
+            parquet: ParquetIdentity::of(parquet)?,
+            page_rows: PAGE_ROWS,
+            columns: self.columns,
+            threads: self.threads,
+            not_indexed: self.not_indexed,
+        };
+        let json = serde_json::to_vec(&directory).map_err(io::Error::other)?;
+        self.out.write_all(&json)?;
+        self.out.write_all(&(json.len() as u64).to_le_bytes())?;
+        self.out.write_all(blake3::hash(&json).as_bytes())?;
+        self.out.write_all(MAGIC)?;
+        // Durability is the caller's, as for the Parquet file beside it (the cache publishes both).
+        self.out.flush()
+    }
+}
+
+/// Writes the data of the sidecar of `samples` to `path`, so that it can be written while the Parquet file is.
+/// `row` gives a sample's values. The samples must be in the Parquet file's order, grouped by thread in
+/// increasing thread order, each thread's in increasing seq with non-decreasing send times (as the client writes
+/// them); otherwise the sidecar says why it holds no rows, and readers use the Parquet file.
+pub fn begin<T>(
+    path: &Path,
+    samples: &[T],
+    row: impl Fn(&T) -> SampleRow,
+) -> io::Result<PendingSidecar> {
+    // Each thread's [start, end), and whether the rows can be stored by thread as they are: the client writes
+    // each thread's samples together and in seq order, so the Parquet file's order is the sidecar's.
+    let mut runs: Vec<(u32, usize, usize)> = Vec::new();
+    let mut not_indexed = None;
+    let mut maxima = [0u64; STORED_COLUMNS.len()];
+    let mut previous: Option<SampleRow> = None;
+    for (i, sample) in samples.iter().enumerate() {
+        let current = row(sample);
+        for (max, column) in maxima.iter_mut().zip(STORED_COLUMNS) {
+            *max = (*max).max(current.value(column));
+        }
+        match (previous, runs.last_mut()) {
+            (Some(previous), Some((_, _, end))) if previous.thread == current.thread => {
+                if current.seq <= previous.seq || current.t_send_ns < previous.t_send_ns {
+                    not_indexed.get_or_insert_with(|| {
+                        format!(
+                            "thread {}: seq {} (sent at {} ns) follows seq {} (sent at {} ns)",
+                            current.thread,
+                            current.seq,
+                            current.t_send_ns,
+                            previous.seq,
+                            previous.t_send_ns
+                        )
+                    });
+                }
+                *end = i + 1;
+            }
+            (Some(previous), _) if current.thread < previous.thread => {
+                not_indexed.get_or_insert_with(|| {
+                    format!(
+                        "thread {} follows thread {}: the samples are not grouped by thread",
+                        current.thread, previous.thread
+                    )
+                });
+                runs.push((current.thread, i, i + 1));
+            }
+            _ => runs.push((current.thread, i, i + 1)),
+        }
+        previous = Some(current);
+    }
+    if let Some((thread, _, _)) = runs.iter().find(|(thread, _, _)| *thread > MAX_THREAD_ID) {
+        not_indexed = Some(format!("thread id {thread} is above {MAX_THREAD_ID}"));
+    }
+    let columns: Vec<StoredColumn> = STORED_COLUMNS
+        .iter()
+        .zip(maxima)
+        .map(|(column, max)| StoredColumn {
+            name: column.name().to_owned(),
+            width: width_of(max),
+        })
+        .collect();
+
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+    out.write_all(MAGIC)?;
+    out.write_all(&VERSION.to_le_bytes())?;
+    out.write_all(&0u32.to_le_bytes())?;
+    let mut offset = HEADER_BYTES;
+    let mut threads = Vec::new();
+    let page_rows = PAGE_ROWS as usize;
+    let mut page = Vec::with_capacity(page_rows * 8);
+    if not_indexed.is_none() {
+        for &(thread, start, end) in &runs {
+            let rows = end - start;
+            let pages = rows.div_ceil(page_rows);
+            let mut layout = ThreadLayout {
+                thread,
+                rows: rows as u64,
+                offset,
+                first_send_ns: (0..pages)
+                    .map(|p| row(&samples[start + p * page_rows]).t_send_ns)
+                    .collect(),
+                checksums: Vec::with_capacity(pages * columns.len()),
+            };
+            for (&column, stored) in STORED_COLUMNS.iter().zip(&columns) {
+                for first in (start..end).step_by(page_rows) {
+                    page.clear();
+                    let values = samples[first..(first + page_rows).min(end)]
+                        .iter()
+                        .map(|sample| row(sample).value(column));
+                    encode(values, stored.width, &mut page);
+                    layout.checksums.push(page_checksum(&page));
+                    out.write_all(&page)?;
+                    offset += page.len() as u64;
+                }
+            }
+            threads.push(layout);
+        }
+    }
+    Ok(PendingSidecar {
+        out,
+        columns,
+        threads,
+        not_indexed,
+    })
+}
+
+/// Appends `values` to `page` as little-endian integers of `width` bytes (the width holds every value).
+fn encode(values: impl Iterator<Item = u64>, width: u8, page: &mut Vec<u8>) {
+    match width {
+        1 => page.extend(values.map(|v| v as u8)),
+        2 => values.for_each(|v| page.extend_from_slice(&(v as u16).to_le_bytes())),
+        4 => values.for_each(|v| page.extend_from_slice(&(v as u32).to_le_bytes())),
+        _ => values.for_each(|v| page.extend_from_slice(&v.to_le_bytes())),
+    }
+}
+
+/// An open, checked sidecar.
+#[derive(Debug)]
+pub struct SamplesByThread {
+    path: PathBuf,
+    file: File,
+    directory: Directory,
+    /// Per stored column (directory order): its offset within a thread's data per row of the thread, as
+    /// (sum of the widths of the columns before it), and its width.
+    widths: Vec<(u64, u64)>,
+    row_bytes: u64,
+}
+
+impl SamplesByThread {
+    /// Opens the sidecar at `path` and checks it against the Parquet file `parquet` it must belong to.
+    pub fn open(path: &Path, parquet: &Path) -> Result<SamplesByThread, ByThreadError> {
+        let io = |source| ByThreadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let corrupt = |why: String| ByThreadError::Corrupt {
+            path: path.to_path_buf(),
+            why,
+        };
+        let file = File::open(path).map_err(io)?;
+        let length = file.metadata().map_err(io)?.len();
+        if length < HEADER_BYTES + TRAILER_BYTES {
+            return Err(corrupt(format!(
+                "{length} bytes, shorter than header and trailer"
+            )));
+        }
+        let mut header = [0u8; HEADER_BYTES as usize];
+        file.read_exact_at(&mut header, 0).map_err(io)?;
+        if &header[..8] != MAGIC || header[12..] != [0; 4] {
+            return Err(corrupt("not a samples.by-thread file".into()));
+        }
+        let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if version != VERSION {
+            return Err(corrupt(format!(
+                "version {version}, this reader reads {VERSION}"
+            )));
+        }
+        let mut trailer = [0u8; TRAILER_BYTES as usize];
+        file.read_exact_at(&mut trailer, length - TRAILER_BYTES)
+            .map_err(io)?;
+        if &trailer[40..] != MAGIC {
+            return Err(corrupt("truncated: no closing magic".into()));
+        }
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&trailer[..8]);
+        let directory_bytes = u64::from_le_bytes(len_bytes);
+        let data_end = length - TRAILER_BYTES;
+        if directory_bytes > MAX_DIRECTORY_BYTES || directory_bytes > data_end - HEADER_BYTES {
+            return Err(corrupt(format!(
+                "a directory of {directory_bytes} bytes in a file of {length}"
+            )));
+        }
+        let data_end = data_end - directory_bytes;
+        let mut json = vec![0u8; directory_bytes as usize];
+        file.read_exact_at(&mut json, data_end).map_err(io)?;
+        if blake3::hash(&json).as_bytes()[..] != trailer[8..40] {
+            return Err(corrupt("the directory's checksum differs".into()));
+        }
+        let directory: Directory = serde_json::from_slice(&json)
+            .map_err(|e| corrupt(format!("the directory does not parse: {e}")))?;
+        let actual = ParquetIdentity::of(parquet).map_err(|e| ByThreadError::Foreign {
+            path: path.to_path_buf(),
+            why: format!("{}: {e}", parquet.display()),
+        })?;
+        if actual != directory.parquet {
+            let why = if actual.bytes != directory.parquet.bytes {
+                format!(
+                    "written for {} bytes, the file has {}",
+                    directory.parquet.bytes, actual.bytes
+                )
+            } else {
+                "the footer differs".to_owned()
+            };
+            return Err(ByThreadError::Foreign {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
+        if let Some(why) = directory.not_indexed {
+            return Err(ByThreadError::NotIndexed {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
+        let widths = check_layout(&directory, HEADER_BYTES, data_end).map_err(corrupt)?;
+        let row_bytes = widths.iter().map(|(_, w)| w).sum();
+        Ok(SamplesByThread {
+            path: path.to_path_buf(),
+            file,
+            directory,
+            widths,
+            row_bytes,
+        })
+    }
+
+    /// The threads, in file order: (thread id, rows).
+    pub fn threads(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.directory.threads.iter().map(|t| (t.thread, t.rows))
+    }
+
+    /// Rows over all threads.
+    pub fn rows(&self) -> u64 {
+        self.directory.threads.iter().map(|t| t.rows).sum()
+    }
+
+    /// Whether `column` is stored.
+    pub fn has(&self, column: SampleColumn) -> bool {
+        self.column_index(column).is_some()
+    }
+
+    fn column_index(&self, column: SampleColumn) -> Option<usize> {
+        self.directory
+            .columns
+            .iter()
+            .position(|c| c.name == column.name())
+    }
+
+    fn corrupt(&self, why: String) -> ByThreadError {
+        ByThreadError::Corrupt {
+            path: self.path.clone(),
+            why,
+        }
+    }
+
+    /// The first row of thread `index` (in [`SamplesByThread::threads`] order) sent at or after `ns`: the rows
+    /// before it are the ones a `skip_s` cut drops. Reads at most one page of send times.
+    pub fn first_row_sent_from(&self, index: usize, ns: u64) -> Result<u64, ByThreadError> {
+        let thread = &self.directory.threads[index];
+        // Pages whose first row was sent before `ns`; the boundary is in the last of them.
+        let before = thread.first_send_ns.partition_point(|&first| first < ns);
+        if before == 0 {
+            return Ok(0);
+        }
+        let page_rows = u64::from(self.directory.page_rows);
+        let start = (before as u64 - 1) * page_rows;
+        let end = (start + page_rows).min(thread.rows);
+        let mut sends = vec![0u64; (end - start) as usize];
+        self.read_rows(index, SampleColumn::TSendNs, start..end, &mut sends)?;
+        if !sends.is_sorted() {
+            return Err(self.corrupt(format!(
+                "thread {}: send times decrease within a page",
+                thread.thread
+            )));
+        }
+        Ok(start + sends.partition_point(|&sent| sent < ns) as u64)
+    }
+
+    /// Reads the values of `column` at `rows` of thread `index` into `out` (as long as the range), checking
+    /// every page it touches.
+    pub fn read_rows(
+        &self,
+        index: usize,
+        column: SampleColumn,
+        rows: std::ops::Range<u64>,
+        out: &mut [u64],
+    ) -> Result<(), ByThreadError> {
+        let thread = &self.directory.threads[index];
+        let Some(c) = self.column_index(column) else {
+            return Err(self.corrupt(format!("no column `{}`", column.name())));
+        };
+        if rows.end > thread.rows
+            || rows.start > rows.end
+            || out.len() as u64 != rows.end - rows.start
+        {
+            return Err(self.corrupt(format!(
+                "rows {rows:?} of thread {} beyond its {}",
+                thread.thread, thread.rows
+            )));
+        }
+        let (before, width) = self.widths[c];
+        let page_rows = u64::from(self.directory.page_rows);
+        let pages = thread.rows.div_ceil(page_rows);
+        let column_start = thread.offset + before * thread.rows;
+        let mut page = vec![0u8; (page_rows * width) as usize];
+        let mut written = 0usize;
+        let mut p = rows.start / page_rows;
+        while p * page_rows < rows.end {
+            let page_start = p * page_rows;
+            let page_len = (page_start + page_rows).min(thread.rows) - page_start;
+            let bytes = &mut page[..(page_len * width) as usize];
+            self.file
+                .read_exact_at(bytes, column_start + page_start * width)
+                .map_err(|source| ByThreadError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if page_checksum(bytes) != thread.checksums[c * pages as usize + p as usize] {
+                return Err(self.corrupt(format!(
+                    "thread {}: page {p} of `{}` has another checksum",
+                    thread.thread,
+                    column.name()
+                )));
+            }
+            let from = (rows.start.max(page_start) - page_start) as usize;
+            let to = (rows.end.min(page_start + page_len) - page_start) as usize;
+            let target = &mut out[written..written + (to - from)];
+            widen(
+                &bytes[from * width as usize..to * width as usize],
+                width,
+                target,
+            );
+            written += to - from;
+            p += 1;
+        }
+        Ok(())
+    }
+
+    /// Bytes per row over every stored column.
+    pub fn row_bytes(&self) -> u64 {
+        self.row_bytes
+    }
+}
+
+/// Little-endian values of `width` bytes into u64s.
+fn widen(bytes: &[u8], width: u64, out: &mut [u64]) {
+    match width {
+        1 => out
+            .iter_mut()
+            .zip(bytes)
+            .for_each(|(o, &b)| *o = u64::from(b)),
+        2 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(o, b)| *o = u64::from(u16::from_le_bytes([b[0], b[1]]))),
+        4 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(4))
+            .for_each(|(o, b)| *o = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        _ => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(8))
+            .for_each(|(o, b)| {
+                let mut value = [0u8; 8];
+                value.copy_from_slice(b);
+                *o = u64::from_le_bytes(value);
+            }),
+    }
+}
+
+/// Checks that the directory describes data inside `[data_start, data_end)` with consistent page tables, and
+/// returns each column's (widths before it, width).
+fn check_layout(
+    directory: &Directory,
+    data_start: u64,
+    data_end: u64,
+) -> Result<Vec<(u64, u64)>, String> {
+    if directory.page_rows == 0 || directory.page_rows > MAX_PAGE_ROWS {
+        return Err(format!("{} rows per page", directory.page_rows));
+    }
+    let mut widths = Vec::with_capacity(directory.columns.len());
+    let mut before = 0u64;
+    for (i, column) in directory.columns.iter().enumerate() {
+        if !STORED_COLUMNS.iter().any(|c| c.name() == column.name)
+            || directory.columns[..i].iter().any(|c| c.name == column.name)
+        {
+            return Err(format!("column `{}` unknown or repeated", column.name));
+        }
+        if ![1, 2, 4, 8].contains(&column.width) {
+            return Err(format!(
+                "column `{}` is {} bytes wide",
+                column.name, column.width
+            ));
+        }
+        widths.push((before, u64::from(column.width)));
+        before += u64::from(column.width);
+    }
+    // Every stored column is there, so each row takes bytes of the file and a row count cannot claim more
+    // rows (and allocations) than the file could hold.
+    if let Some(missing) = STORED_COLUMNS.iter().find(|c| {
+        !directory
+            .columns
+            .iter()
+            .any(|stored| stored.name == c.name())
+    }) {
+        return Err(format!("no column `{}`", missing.name()));
+    }
+    let row_bytes = before;
+    let page_rows = u64::from(directory.page_rows);
+    let mut seen = std::collections::BTreeSet::new();
+    for thread in &directory.threads {
+        if thread.thread > MAX_THREAD_ID || !seen.insert(thread.thread) {
+            return Err(format!(
+                "thread id {} implausible or repeated",
+                thread.thread
+            ));
+        }
+        let bytes = thread.rows.checked_mul(row_bytes);
+        let end = bytes.and_then(|b| thread.offset.checked_add(b));
+        if thread.offset < data_start || end.is_none_or(|end| end > data_end) {
+            return Err(format!(
+                "thread {}: {} rows at {} exceed the data",
+                thread.thread, thread.rows, thread.offset
+            ));
+        }
+        let pages = thread.rows.div_ceil(page_rows);
+        if thread.first_send_ns.len() as u64 != pages
+            || thread.checksums.len() as u64 != pages * directory.columns.len() as u64
+        {
+            return Err(format!(
+                "thread {}: page tables do not match its {} rows",
+                thread.thread, thread.rows
+            ));
+        }
+        if !thread.first_send_ns.is_sorted() {
+            return Err(format!(
+                "thread {}: send times decrease between pages",
+                thread.thread
+            ));
+        }
+    }
+    Ok(widths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(thread: u32, seq: u64, t_send_ns: u64, latency: u64) -> SampleRow {
+        SampleRow {
+            thread,
+            seq,
+            t_send_ns,
+            latency_ns: latency + 300,
+            latency_last_piece_ns: latency,
+            slot: thread % 3,
+            request_bytes: 4096,
+        }
+    }
+
+    /// A stand-in Parquet file: the identity reads only the length and the footer.
+    fn fake_parquet(path: &Path, footer: &[u8]) {
+        let mut bytes = b"PAR1".to_vec();
+        bytes.extend_from_slice(footer);
+        bytes.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(b"PAR1");
+        std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn open(dir: &Path) -> Result<SamplesByThread, ByThreadError> {
+        SamplesByThread::open(
+            &dir.join(SAMPLES_BY_THREAD_FILE),
+            &dir.join("samples.parquet"),
+        )
+    }
+
+    fn write(dir: &Path, rows: &[SampleRow]) {
+        write_samples_by_thread(
+            &dir.join(SAMPLES_BY_THREAD_FILE),
+            &dir.join("samples.parquet"),
+            rows,
+            |r| *r,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn rows_come_back_by_thread_with_each_cut_a_binary_search() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"footer one");
+        // More than a page per thread, repeated send times, a gap in the thread ids, a thread of one row.
+        let mut rows = Vec::new();
+        for thread in [0, 1] {
+            for seq in 0..5_000u64 {
+                rows.push(row(
+                    thread,
+                    seq * 3,
+                    seq / 2 * 10,
+                    5_000_000_000 + seq * u64::from(thread + 1),
+                ));
+            }
+        }
+        rows.push(row(9, 0, 3, 70_000));
+        write(dir.path(), &rows);
+        let file = open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let threads: Vec<(u32, u64)> = file.threads().collect();
+        assert_eq!(threads, [(0, 5000), (1, 5000), (9, 1)]);
+        assert_eq!(file.rows(), 10_001);
+        for (index, &(thread, count)) in threads.iter().enumerate() {
+            let expected: Vec<&SampleRow> = rows.iter().filter(|r| r.thread == thread).collect();
+            for column in STORED_COLUMNS {
+                let mut values = vec![0; count as usize];
+                file.read_rows(index, column, 0..count, &mut values)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let wanted: Vec<u64> = expected.iter().map(|r| r.value(column)).collect();
+                assert_eq!(values, wanted, "thread {thread}, {}", column.name());
+            }
+            // A range across a page boundary.
+            if count > 4200 {
+                let mut part = vec![0; 200];
+                file.read_rows(index, SampleColumn::LatencyNs, 4000..4200, &mut part)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let wanted: Vec<u64> = expected[4000..4200].iter().map(|r| r.latency_ns).collect();
+                assert_eq!(part, wanted);
+            }
+            for cut in [0, 1, 3, 4, 20_470, 20_480, 20_481, 24_990, 25_000, u64::MAX] {
+                let first = file
+                    .first_row_sent_from(index, cut)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let by_scan = expected.iter().filter(|r| r.t_send_ns < cut).count() as u64;
+                assert_eq!(first, by_scan, "thread {thread}, cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn samples_not_grouped_by_thread_are_not_indexed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"f");
+        write(
+            dir.path(),
+            &[row(0, 0, 1, 10), row(1, 0, 1, 10), row(0, 1, 2, 10)],
+        );
+        let Err(ByThreadError::NotIndexed { why, .. }) = open(dir.path()) else {
+            panic!("interleaved threads were indexed");
+        };
+        assert!(why.contains("not grouped by thread"), "{why}");
+    }
+
+    #[test]
+    fn a_sidecar_of_another_parquet_file_is_foreign() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let parquet = dir.path().join("samples.parquet");
+        fake_parquet(&parquet, b"footer one");
+        write(dir.path(), &[row(0, 0, 0, 10)]);
+        assert!(open(dir.path()).is_ok());
+        fake_parquet(&parquet, b"footer two");
+        assert!(matches!(
+            open(dir.path()),
+            Err(ByThreadError::Foreign { .. })
+        ));
+        fake_parquet(&parquet, b"a longer footer");
+        assert!(matches!(
+            open(dir.path()),
+            Err(ByThreadError::Foreign { .. })
+        ));
+    }
+
+    #[test]
+    fn decreasing_send_times_are_not_indexed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"f");
+        write(dir.path(), &[row(0, 0, 50, 10), row(0, 1, 40, 10)]);
+        assert!(matches!(
+            open(dir.path()),
+            Err(ByThreadError::NotIndexed { .. })
+        ));
+        write(dir.path(), &[row(0, 0, 50, 10), row(0, 0, 60, 10)]);
+        assert!(matches!(
+            open(dir.path()),
+            Err(ByThreadError::NotIndexed { .. })
+        ));
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_is_an_error_not_data() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"f");
+        let rows: Vec<SampleRow> = (0..300)
+            .map(|s| row(s as u32 % 3, s, s * 7, 1000 + s * s))
+            .collect();
+        write(dir.path(), &rows);
+        let path = dir.path().join(SAMPLES_BY_THREAD_FILE);
+        let good = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        let read_all = || -> Result<(), ByThreadError> {
+            let file = open(dir.path())?;
+            for (index, (_, count)) in file.threads().collect::<Vec<_>>().into_iter().enumerate() {
+                let mut out = vec![0; count as usize];
+                for column in STORED_COLUMNS {
+                    file.read_rows(index, column, 0..count, &mut out)?;
+                }
+                file.first_row_sent_from(index, 500)?;
+            }
+            Ok(())
+        };
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            std::fs::write(&path, &bad).unwrap_or_else(|e| panic!("{e}"));
+            assert!(read_all().is_err(), "a flipped byte at {at} went unnoticed");
+        }
+        for len in [0, 10, 16, 63, good.len() / 2, good.len() - 1] {
+            std::fs::write(&path, &good[..len]).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                matches!(read_all(), Err(ByThreadError::Corrupt { .. })),
+                "truncated to {len}"
+            );
+        }
+    }
+}
