@@ -142,6 +142,9 @@ impl Observer for Reporter {
             }
             EventKind::NodeFailed { node, error } => format!("FAILED   {node}: {error}"),
             EventKind::NodeSkipped { node, reason } => format!("skipped  {node}: {reason}"),
+            EventKind::RunRepeated { run_id, nodes } => {
+                format!("fracflow: {nodes} nodes cached exactly as in run {run_id}")
+            }
             EventKind::RunFinished { status, seconds } => {
                 format!("fracflow: run {status} in {seconds:.2}s")
             }

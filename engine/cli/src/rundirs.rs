@@ -404,6 +404,11 @@ pub fn progress(dir: &Path) -> Progress {
                 progress.total = *nodes;
                 continue;
             }
+            // The run's last events: every node was a hit.
+            EventKind::RunRepeated { nodes, .. } => {
+                progress.done += nodes;
+                continue;
+            }
             EventKind::NodeStarted { node, .. } | EventKind::NodeWaiting { node, .. } => {
                 if matches!(seen.get(node), Some(Seen::Running(_))) {
                     continue;

@@ -23,9 +23,6 @@ const HITS_MANIFEST_INTERVAL: Duration = Duration::from_secs(2);
 /// Below this many nodes the manifest is rewritten after every node that runs.
 const SMALL_PIPELINE: usize = 1000;
 
-/// The longest an appended cache-hit event waits in memory.
-const EVENTS_FLUSH: Duration = Duration::from_millis(100);
-
 /// The file holding a run's [`RunDir::views_digest`].
 const VIEWS_DIGEST: &str = "views.digest";
 
@@ -44,12 +41,62 @@ pub struct RunMeta {
     pub git: Option<fracflow_record::manifest::GitState>,
 }
 
-/// The manifest of the run in `dir`; a parse error names the file.
+/// The manifest of the run in `dir`, complete: a run that repeated another ([`RunManifest::repeats`]) gets that
+/// run's params and nodes, each node `cached`. A parse error names the file.
 pub fn read_manifest(dir: &Path) -> io::Result<RunManifest> {
+    let mut manifest = read_manifest_file(dir)?;
+    if let Some(base) = manifest.repeats.clone()
+        && manifest.nodes.is_empty()
+    {
+        let base_dir = repeated_run_dir(dir, &base)?;
+        let repeated = read_manifest_file(&base_dir)?;
+        if repeated.repeats.is_some() {
+            return Err(io::Error::other(format!(
+                "{}: run {base}, which this run repeats, is itself a repeat",
+                dir.join("manifest.json").display()
+            )));
+        }
+        manifest.params = repeated.params;
+        manifest.nodes = repeated
+            .nodes
+            .into_iter()
+            .map(|(id, record)| (id, repeated_record(record)))
+            .collect();
+    }
+    Ok(manifest)
+}
+
+fn read_manifest_file(dir: &Path) -> io::Result<RunManifest> {
     let path = dir.join("manifest.json");
     let bytes = fs::read(&path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     serde_json::from_slice(&bytes).map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
+}
+
+/// The directory of run `run_id`, a sibling of the run in `dir` (which may be reached through a `latest` link).
+fn repeated_run_dir(dir: &Path, run_id: &str) -> io::Result<PathBuf> {
+    let named = Path::new(run_id);
+    let plain = named.components().count() == 1 && named.file_name().is_some();
+    let parent = fs::canonicalize(dir)?.parent().map(Path::to_owned);
+    match parent {
+        Some(parent) if plain => Ok(parent.join(named)),
+        _ => Err(io::Error::other(format!(
+            "{}: `{run_id}` does not name a run beside it",
+            dir.join("manifest.json").display()
+        ))),
+    }
+}
+
+/// A node of the repeated run as the repeat served it: from the cache, under the key, outputs and metrics that
+/// run recorded; its log and seconds are that run's (the repeat's `logs/` is that run's).
+fn repeated_record(record: NodeRecord) -> NodeRecord {
+    NodeRecord {
+        status: NodeStatus::Cached,
+        started: None,
+        error: None,
+        reason: None,
+        ..record
+    }
 }
 
 pub fn now_rfc3339() -> String {
@@ -76,7 +123,6 @@ pub struct RunDir {
     events: File,
     /// Whole event lines not appended yet (see [`RunDir::event`]).
     pending_events: Vec<u8>,
-    events_flushed: Instant,
     last_manifest_write: Instant,
     /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
     /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
@@ -128,21 +174,14 @@ impl RunDir {
             resumed: Vec::new(),
             finished: None,
             status: RunStatus::Running,
-            params: graph
-                .topological()
-                .iter()
-                .map(|&i| {
-                    let spec = graph.spec(i);
-                    (
-                        spec.id.clone(),
-                        serde_json::json!({"point": spec.point, "config": spec.config}),
-                    )
-                })
-                .collect(),
+            repeats: None,
+            params: params_of(graph),
             nodes: BTreeMap::new(),
         };
         let mut run = RunDir::with_manifest(dir, manifest)?;
-        run.write_manifest()?;
+        // The first write says only that the run exists: the params come with the first checkpoint, so a
+        // no-op writes a manifest whose size does not grow with the pipeline.
+        run.write_manifest_as(ManifestForm::Head)?;
         let link = latest_link(meta.variant.as_deref(), &meta.testbed);
         run.previous = fs::read_link(base.join(&link))
             .ok()
@@ -152,14 +191,20 @@ impl RunDir {
         Ok(run)
     }
 
-    /// Continues writing into an existing run directory (`--resume RUN_DIR`).
-    pub fn resume(dir: &Path) -> io::Result<RunDir> {
+    /// Continues writing into an existing run directory (`--resume RUN_DIR`); `graph` gives the params of a run
+    /// stopped before its manifest held them.
+    pub fn resume(dir: &Path, graph: &Graph) -> io::Result<RunDir> {
         let mut manifest = read_manifest(dir)?;
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
+        // Resumed, it is no longer a repeat: what it builds now is its own.
+        manifest.repeats = None;
+        if manifest.params.is_empty() {
+            manifest.params = params_of(graph);
+        }
         fs::create_dir_all(dir.join("logs"))?;
-        let run = RunDir::with_manifest(dir.to_owned(), manifest)?;
+        let mut run = RunDir::with_manifest(dir.to_owned(), manifest)?;
         run.write_manifest()?;
         Ok(run)
     }
@@ -174,7 +219,6 @@ impl RunDir {
             manifest,
             events,
             pending_events: Vec::new(),
-            events_flushed: Instant::now(),
             last_manifest_write: Instant::now(),
             deferred: BTreeMap::new(),
             previous: None,
@@ -213,19 +257,30 @@ impl RunDir {
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
     ///
-    /// Cache hits are appended in batches (with the next other event, with the first hit `EVENTS_FLUSH` after
-    /// the last write, and at the end; a hit is always followed by one of those): a
-    /// kill may lose the last few, which the cache holds anyway, and a no-op of 10 000 nodes makes a handful of
-    /// writes instead of 10 000.
+    /// Cache hits wait in memory for the next other event, which appends them first: a kill may lose them,
+    /// which the cache holds anyway, and a run that repeats another exactly writes one `run_repeated` line for
+    /// them instead of one line per node (see [`RunDir::settle_views`]).
     pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
         let hit = matches!(kind, EventKind::NodeCached { .. });
         let event = Event {
             at_ms: now_ms(),
             kind,
         };
+        if !hit && let Some(base) = self.manifest.repeats.clone() {
+            self.pending_events.clear();
+            let repeated = Event {
+                at_ms: event.at_ms,
+                kind: EventKind::RunRepeated {
+                    run_id: base,
+                    nodes: self.manifest.nodes.len(),
+                },
+            };
+            serde_json::to_writer(&mut self.pending_events, &repeated).map_err(io::Error::other)?;
+            self.pending_events.push(b'\n');
+        }
         serde_json::to_writer(&mut self.pending_events, &event).map_err(io::Error::other)?;
         self.pending_events.push(b'\n');
-        if !hit || self.events_flushed.elapsed() >= EVENTS_FLUSH {
+        if !hit {
             self.flush_events()?;
         }
         Ok(event)
@@ -236,7 +291,6 @@ impl RunDir {
             self.events.write_all(&self.pending_events)?;
             self.pending_events.clear();
         }
-        self.events_flushed = Instant::now();
         Ok(())
     }
 
@@ -291,15 +345,20 @@ impl RunDir {
         Ok(())
     }
 
-    /// Makes the views of every deferred hit. When every node of this run is a hit, and the previous run of
-    /// its variant and testbed made views for exactly these nodes under the same keys (its `views.digest`),
-    /// this run's `nodes/` and `logs/` are one link each to that run's (followed to the run that made them),
-    /// so a no-op writes a fixed number of files; otherwise each view is linked from the cache.
-    fn materialize_all(&mut self, cache: &Cache) -> io::Result<()> {
+    /// Makes the views of every deferred hit, before the run's last event. When every node of this run is a hit
+    /// and the run that made the views of the previous run of its variant and testbed recorded exactly these
+    /// nodes, keys, outputs, metrics and params (its `views.digest`), this run repeats that one: its `nodes/` and
+    /// `logs/` are one link each to that run's, and its manifest and journal name that run instead of listing
+    /// every node, so a no-op writes a fixed number of files of a fixed size. Otherwise each view is linked
+    /// from the cache.
+    pub fn settle_views(&mut self, cache: &Cache) -> io::Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
         }
-        if self.deferred.len() == self.manifest.nodes.len() && self.borrow_previous_views() {
+        if self.deferred.len() == self.manifest.nodes.len()
+            && let Some(base) = self.repeat_previous()
+        {
+            self.manifest.repeats = Some(base);
             self.deferred.clear();
             return Ok(());
         }
@@ -309,61 +368,80 @@ impl RunDir {
         Ok(())
     }
 
-    /// What a run's views hold: a hash over every node id and key, in id order. Only a run whose every node
-    /// was built or served has one, in `views.digest`.
-    fn views_digest<'a>(nodes: impl Iterator<Item = (&'a String, &'a str)>) -> String {
-        let mut hasher = blake3::Hasher::new();
-        for (node, key) in nodes {
-            hasher.update(node.as_bytes());
-            hasher.update(&[0]);
-            hasher.update(key.as_bytes());
-            hasher.update(&[0]);
+    /// What a run's views and records hold: a hash over every node's id, kind, key, outputs and metrics, in id
+    /// order, and its params. Only a run whose every node was built or served has one, in `views.digest`; a
+    /// run whose digest equals another's can be read as that run, each node cached. Hashed as one buffer:
+    /// thousands of small hasher updates cost a tenth of a no-op.
+    fn views_digest(&self) -> io::Result<String> {
+        let mut text = Vec::with_capacity(self.manifest.nodes.len() * 192);
+        fn field(text: &mut Vec<u8>, bytes: &[u8]) {
+            text.extend_from_slice(bytes);
+            text.push(0);
         }
-        hasher.finalize().to_hex().to_string()
+        for (node, record) in &self.manifest.nodes {
+            field(&mut text, node.as_bytes());
+            field(&mut text, record.kind.as_bytes());
+            field(&mut text, record.key.as_deref().unwrap_or("").as_bytes());
+            for (name, hash) in &record.outputs {
+                field(&mut text, name.as_bytes());
+                field(&mut text, hash.as_bytes());
+            }
+            if !record.metrics.is_empty() {
+                serde_json::to_writer(&mut text, &record.metrics).map_err(io::Error::other)?;
+            }
+            text.push(1);
+        }
+        // A keyed node's params (its point and config) are part of its key, whose fingerprint holds both
+        // whole, so its id says enough; a node without a key here (outside the run's targets) is hashed whole.
+        for (node, params) in &self.manifest.params {
+            field(&mut text, node.as_bytes());
+            let keyed = self
+                .manifest
+                .nodes
+                .get(node)
+                .is_some_and(|record| record.key.is_some());
+            if !keyed {
+                serde_json::to_writer(&mut text, params).map_err(io::Error::other)?;
+            }
+            text.push(2);
+        }
+        Ok(blake3::hash(&text).to_hex().to_string())
     }
 
-    /// Links `nodes/` and `logs/` to the previous run's when its views hold exactly this run's nodes and keys.
-    fn borrow_previous_views(&self) -> bool {
-        let Some(previous) = &self.previous else {
-            return false;
-        };
-        let ours = Self::views_digest(self.deferred.iter().map(|(n, hit)| (n, hit.key.as_str())));
-        let same =
-            fs::read_to_string(previous.join(VIEWS_DIGEST)).is_ok_and(|theirs| theirs == ours);
-        let (Ok(nodes), Ok(logs)) = (
-            fs::canonicalize(previous.join("nodes")),
-            fs::canonicalize(previous.join("logs")),
-        ) else {
-            return false;
-        };
-        if !same || self.dir.join("nodes").exists() {
-            return false;
+    /// The id of the run that made the previous run's views, with `nodes/` and `logs/` linked to its, when its
+    /// `views.digest` equals this run's.
+    fn repeat_previous(&self) -> Option<String> {
+        let previous = self.previous.as_ref()?;
+        // The run that made the views: the previous run itself, or the run it repeated.
+        let nodes = fs::canonicalize(previous.join("nodes")).ok()?;
+        let base = nodes.parent()?;
+        let logs = fs::canonicalize(previous.join("logs")).ok()?;
+        if logs.parent()? != base || nodes.file_name()? != "nodes" || logs.file_name()? != "logs" {
+            return None;
         }
-        // Relative when the run that made the views is a sibling (as it always is under results/<pipeline>/),
-        // so the project can be moved or copied with its results.
-        let sibling = |target: PathBuf| {
-            let base = fs::canonicalize(self.dir.parent()?).ok()?;
-            let run = target.parent()?;
-            let (run_name, leaf) = (run.file_name()?, target.file_name()?);
-            (run.parent()? == base).then(|| Path::new("..").join(run_name).join(leaf))
-        };
-        let (nodes, logs) = (
-            sibling(nodes.clone()).unwrap_or(nodes),
-            sibling(logs.clone()).unwrap_or(logs),
-        );
-        if std::os::unix::fs::symlink(&nodes, self.dir.join("nodes")).is_err() {
-            return false;
+        // Relative, and only to a sibling (as runs under results/<pipeline>/ always are), so the project can
+        // be moved or copied with its results and the manifest can name the run by its id.
+        let here = fs::canonicalize(self.dir.parent()?).ok()?;
+        if base.parent()? != here {
+            return None;
         }
+        let base_id = base.file_name()?.to_str()?.to_owned();
+        let theirs = fs::read_to_string(base.join(VIEWS_DIGEST)).ok()?;
+        if self.views_digest().ok()? != theirs || self.dir.join("nodes").exists() {
+            return None;
+        }
+        let run = Path::new("..").join(&base_id);
+        std::os::unix::fs::symlink(run.join("nodes"), self.dir.join("nodes")).ok()?;
         // `logs/` was made empty at creation (a hit writes no log of its own); if it cannot be replaced, the
-        // views are made one by one instead, never into the previous run's folders.
+        // views are made one by one instead, never into the other run's folders.
         let logs_replaced = fs::remove_dir(self.dir.join("logs"))
-            .and_then(|()| std::os::unix::fs::symlink(&logs, self.dir.join("logs")));
+            .and_then(|()| std::os::unix::fs::symlink(run.join("logs"), self.dir.join("logs")));
         if logs_replaced.is_err() {
             let _ = fs::remove_file(self.dir.join("nodes"));
             let _ = fs::create_dir_all(self.dir.join("logs"));
-            return false;
+            return None;
         }
-        true
+        Some(base_id)
     }
 
     /// Rewrites the manifest after a node, when the pipeline is small or the last write is old enough.
@@ -382,32 +460,55 @@ impl RunDir {
         if (ran && self.manifest.nodes.len() < SMALL_PIPELINE)
             || self.last_manifest_write.elapsed() >= interval
         {
-            atomic_replace(&self.dir.join("manifest.json"), &self.manifest_bytes()?)?;
+            let bytes = self.manifest_bytes(ManifestForm::Whole)?;
+            atomic_replace(&self.dir.join("manifest.json"), &bytes)?;
             self.last_manifest_write = Instant::now();
         }
         Ok(())
     }
 
-    /// Writes the manifest durably.
-    pub fn write_manifest(&self) -> io::Result<()> {
-        atomic_write(&self.dir.join("manifest.json"), &self.manifest_bytes()?)
+    /// Writes the manifest durably: whole, or naming the run it repeats.
+    pub fn write_manifest(&mut self) -> io::Result<()> {
+        let form = if self.manifest.repeats.is_some() {
+            ManifestForm::Head
+        } else {
+            ManifestForm::Whole
+        };
+        self.write_manifest_as(form)
+    }
+
+    fn write_manifest_as(&mut self, form: ManifestForm) -> io::Result<()> {
+        let bytes = self.manifest_bytes(form)?;
+        atomic_write(&self.dir.join("manifest.json"), &bytes)
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
     /// was half the bytes a no-op wrote.
-    fn manifest_bytes(&self) -> io::Result<Vec<u8>> {
-        if self.manifest.params.len() < SMALL_PIPELINE {
+    fn manifest_bytes(&mut self, form: ManifestForm) -> io::Result<Vec<u8>> {
+        let small = self.manifest.params.len() < SMALL_PIPELINE;
+        let records = match form {
+            ManifestForm::Whole => None,
+            ManifestForm::Head => Some((
+                std::mem::take(&mut self.manifest.params),
+                std::mem::take(&mut self.manifest.nodes),
+            )),
+        };
+        let bytes = if small {
             serde_json::to_vec_pretty(&self.manifest)
         } else {
             serde_json::to_vec(&self.manifest)
+        };
+        if let Some((params, nodes)) = records {
+            self.manifest.params = params;
+            self.manifest.nodes = nodes;
         }
-        .map_err(io::Error::other)
+        bytes.map_err(io::Error::other)
     }
 
     /// Makes the deferred views, records the final status and writes the manifest one last time; saves the
     /// cache's hit index for the next run.
     pub fn finish(&mut self, cache: &Cache, status: RunStatus) -> io::Result<()> {
-        self.materialize_all(cache)?;
+        self.settle_views(cache)?;
         for record in self.manifest.nodes.values_mut() {
             if matches!(record.status, NodeStatus::Pending | NodeStatus::Running) {
                 record.status = NodeStatus::Skipped;
@@ -421,15 +522,13 @@ impl RunDir {
         let complete = self.manifest.nodes.values().all(|record| {
             matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
         });
-        if complete {
-            let digest = Self::views_digest(
-                self.manifest
-                    .nodes
-                    .iter()
-                    .filter_map(|(node, record)| Some((node, record.key.as_deref()?))),
-            );
+        // A repeat's views are its base run's, which holds the digest the next run compares with.
+        if complete && self.manifest.repeats.is_none() {
             // Not fsynced: a lost digest only means the next no-op links its views one by one.
-            atomic_replace(&self.dir.join(VIEWS_DIGEST), digest.as_bytes())?;
+            atomic_replace(
+                &self.dir.join(VIEWS_DIGEST),
+                self.views_digest()?.as_bytes(),
+            )?;
         }
         cache.save_index();
         Ok(())
@@ -441,6 +540,29 @@ impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = self.flush_events();
     }
+}
+
+/// How much of the manifest a write holds.
+#[derive(Debug, Clone, Copy)]
+enum ManifestForm {
+    Whole,
+    /// Without `params` and `nodes`: a run's first write, and a repeat's, whose records are its base run's.
+    Head,
+}
+
+/// Every node's resolved parameters (its point and config), as the manifest records them.
+fn params_of(graph: &Graph) -> BTreeMap<String, serde_json::Value> {
+    graph
+        .topological()
+        .iter()
+        .map(|&i| {
+            let spec = graph.spec(i);
+            (
+                spec.id.clone(),
+                serde_json::json!({"point": spec.point, "config": spec.config}),
+            )
+        })
+        .collect()
 }
 
 fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {

@@ -89,7 +89,8 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     );
     let results = project.root.join("results");
     let mut run_dir = match &args.resume {
-        Some(dir) => RunDir::resume(dir).map_err(|e| Error::io("cannot resume the run", dir, e))?,
+        Some(dir) => RunDir::resume(dir, &loaded.graph)
+            .map_err(|e| Error::io("cannot resume the run", dir, e))?,
         None => {
             RunDir::create(&results, &loaded.pipeline.name, &meta, &loaded.graph).map_err(|e| {
                 Error::io(

@@ -750,6 +750,8 @@ impl<'a> Run<'a> {
             RunStatus::Interrupted => "interrupted",
             RunStatus::Running => "running",
         };
+        // Before the last event: a run that repeats another journals that instead of each hit.
+        self.run_dir.settle_views(self.engine.cache)?;
         self.emit(EventKind::RunFinished {
             status: status.to_owned(),
             seconds: self.started.elapsed().as_secs_f64(),
