@@ -3,7 +3,7 @@
 //! Layout under the cache directory:
 //! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/<blake3 of node id>.json`,
 //! `tmp/` (staging, each directory named after the engine that owns it; see `Cache::remove_dead_staging`),
-//! `stat.json` (the stat cache), `index.jsonl` (what each entry serves a run, a copy that is checked before use:
+//! `stat.json` (the stat cache), `index.msgpack` (what each entry serves a run, a copy that is checked before use:
 //! see `hitindex`), `locks/` (see `keylock`). Every file is published by temp → fsync → rename,
 //! so a kill leaves the old state or the new.
 //!
@@ -1371,7 +1371,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let (cache, entry) = cache_with_one_entry(dir.path(), b"first result")?;
         cache.save_index();
-        let index_file = dir.path().join("index.jsonl");
+        let index_file = dir.path().join("index.msgpack");
         assert!(index_file.is_file(), "a put is recorded");
         // A fresh engine serves the hit recorded for the entry file that is there...
         let fresh = Cache::open(dir.path())?;
