@@ -1,6 +1,6 @@
 //! A run's directory under `results/<pipeline>/<run-id>/`: manifest, events, logs and output views.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -121,12 +121,13 @@ pub struct RunDir {
     dir: PathBuf,
     manifest: RunManifest,
     events: File,
-    /// Whole event lines not appended yet (see [`RunDir::event`]).
-    pending_events: Vec<u8>,
+    /// Cache-hit events not appended yet, kept unwritten: a repeat journals one line for all of them (see
+    /// [`RunDir::event`]).
+    pending_hits: Vec<Event>,
     last_manifest_write: Instant,
     /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
     /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
-    deferred: BTreeMap<String, Hit>,
+    deferred: HashMap<String, Hit>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
 }
@@ -218,9 +219,9 @@ impl RunDir {
             dir,
             manifest,
             events,
-            pending_events: Vec::new(),
+            pending_hits: Vec::new(),
             last_manifest_write: Instant::now(),
-            deferred: BTreeMap::new(),
+            deferred: HashMap::new(),
             previous: None,
         })
     }
@@ -249,10 +250,7 @@ impl RunDir {
     }
 
     pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
-        self.manifest
-            .nodes
-            .entry(id.to_owned())
-            .or_insert_with(|| NodeRecord::pending(kind))
+        record_in(&mut self.manifest.nodes, id, kind)
     }
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
@@ -260,14 +258,18 @@ impl RunDir {
     /// Cache hits wait in memory for the next other event, which appends them first: a kill may lose them,
     /// which the cache holds anyway, and a run that repeats another exactly writes one `run_repeated` line for
     /// them instead of one line per node (see [`RunDir::settle_views`]).
-    pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
-        let hit = matches!(kind, EventKind::NodeCached { .. });
+    pub fn event(&mut self, kind: EventKind) -> io::Result<()> {
         let event = Event {
             at_ms: now_ms(),
             kind,
         };
-        if !hit && let Some(base) = self.manifest.repeats.clone() {
-            self.pending_events.clear();
+        if matches!(event.kind, EventKind::NodeCached { .. }) {
+            self.pending_hits.push(event);
+            return Ok(());
+        }
+        let mut lines = Vec::new();
+        if let Some(base) = self.manifest.repeats.clone() {
+            self.pending_hits.clear();
             let repeated = Event {
                 at_ms: event.at_ms,
                 kind: EventKind::RunRepeated {
@@ -275,37 +277,43 @@ impl RunDir {
                     nodes: self.manifest.nodes.len(),
                 },
             };
-            serde_json::to_writer(&mut self.pending_events, &repeated).map_err(io::Error::other)?;
-            self.pending_events.push(b'\n');
+            push_line(&mut lines, &repeated)?;
         }
-        serde_json::to_writer(&mut self.pending_events, &event).map_err(io::Error::other)?;
-        self.pending_events.push(b'\n');
-        if !hit {
-            self.flush_events()?;
+        for hit in std::mem::take(&mut self.pending_hits) {
+            push_line(&mut lines, &hit)?;
         }
-        Ok(event)
+        push_line(&mut lines, &event)?;
+        self.events.write_all(&lines)
     }
 
     fn flush_events(&mut self) -> io::Result<()> {
-        if !self.pending_events.is_empty() {
-            self.events.write_all(&self.pending_events)?;
-            self.pending_events.clear();
+        if self.pending_hits.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut lines = Vec::new();
+        for hit in std::mem::take(&mut self.pending_hits) {
+            push_line(&mut lines, &hit)?;
+        }
+        self.events.write_all(&lines)
     }
 
     /// Links a cached node's outputs and log into the run directory (hard links to the read-only blobs), as the
     /// outputs of `node`: that is not always the node named in the entry, since two nodes doing identical work
     /// share one key, and the second is served the first one's entry.
     pub fn publish(&mut self, cache: &Cache, node: &str, kind: &str, hit: &Hit) -> io::Result<()> {
-        self.record_hit(node, kind, hit);
+        record_hit(&mut self.manifest.nodes, node, kind, hit);
         self.link_views(cache, node, hit)
     }
 
-    /// Records a cache hit; its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
-    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) {
-        self.record_hit(node, kind, &hit);
-        self.deferred.insert(node.to_owned(), hit);
+    /// Records a cache hit, returning its record; its views are linked when [`RunDir::materialize`] or
+    /// [`RunDir::finish`] needs them.
+    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) -> &mut NodeRecord {
+        let hit = self
+            .deferred
+            .entry(node.to_owned())
+            .insert_entry(hit)
+            .into_mut();
+        record_hit(&mut self.manifest.nodes, node, kind, hit)
     }
 
     /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
@@ -313,21 +321,6 @@ impl RunDir {
         match self.deferred.remove(node) {
             Some(hit) => self.link_views(cache, node, &hit),
             None => Ok(()),
-        }
-    }
-
-    fn record_hit(&mut self, node: &str, kind: &str, hit: &Hit) {
-        let has_log = hit.log.is_some();
-        let record = self.record_mut(node, kind);
-        record.key = Some(hit.key.clone());
-        record.outputs = hit
-            .outputs
-            .iter()
-            .map(|(n, b)| (n.clone(), b.hash.clone()))
-            .collect();
-        record.metrics = hit.metrics.clone();
-        if has_log {
-            record.log = Some(format!("logs/{}.log", node_dir_name(node)));
         }
     }
 
@@ -393,13 +386,14 @@ impl RunDir {
         }
         // A keyed node's params (its point and config) are part of its key, whose fingerprint holds both
         // whole, so its id says enough; a node without a key here (outside the run's targets) is hashed whole.
+        // Both maps are in id order: one pass over each.
+        let mut records = self.manifest.nodes.iter().peekable();
         for (node, params) in &self.manifest.params {
             field(&mut text, node.as_bytes());
-            let keyed = self
-                .manifest
-                .nodes
-                .get(node)
-                .is_some_and(|record| record.key.is_some());
+            while records.next_if(|(id, _)| *id < node).is_some() {}
+            let keyed = records
+                .next_if(|(id, _)| *id == node)
+                .is_some_and(|(_, record)| record.key.is_some());
             if !keyed {
                 serde_json::to_writer(&mut text, params).map_err(io::Error::other)?;
             }
@@ -540,6 +534,45 @@ impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = self.flush_events();
     }
+}
+
+/// The record of node `id` among `nodes`, made pending if it has none.
+fn record_in<'a>(
+    nodes: &'a mut BTreeMap<String, NodeRecord>,
+    id: &str,
+    kind: &str,
+) -> &'a mut NodeRecord {
+    nodes
+        .entry(id.to_owned())
+        .or_insert_with(|| NodeRecord::pending(kind))
+}
+
+/// Records a cache hit of `node` (its key, outputs, metrics and log) and returns its record.
+fn record_hit<'a>(
+    nodes: &'a mut BTreeMap<String, NodeRecord>,
+    node: &str,
+    kind: &str,
+    hit: &Hit,
+) -> &'a mut NodeRecord {
+    let record = record_in(nodes, node, kind);
+    record.key = Some(hit.key.clone());
+    record.outputs = hit
+        .outputs
+        .iter()
+        .map(|(n, b)| (n.clone(), b.hash.clone()))
+        .collect();
+    record.metrics = hit.metrics.clone();
+    if hit.log.is_some() {
+        record.log = Some(format!("logs/{}.log", node_dir_name(node)));
+    }
+    record
+}
+
+/// Appends `event` to `lines` as one JSON line.
+fn push_line(lines: &mut Vec<u8>, event: &Event) -> io::Result<()> {
+    serde_json::to_writer(&mut *lines, event).map_err(io::Error::other)?;
+    lines.push(b'\n');
+    Ok(())
 }
 
 /// How much of the manifest a write holds.

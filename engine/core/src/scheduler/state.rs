@@ -597,8 +597,7 @@ impl<'a> Run<'a> {
         let spec = self.graph.spec(index);
         let (key, output_hash, seconds) =
             (entry.key.clone(), entry.output_hash.clone(), entry.seconds);
-        self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
-        let record = self.run_dir.record_mut(&spec.id, &spec.kind);
+        let record = self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
         record.status = NodeStatus::Cached;
         record.seconds = Some(seconds);
         self.emit(EventKind::NodeCached {
@@ -765,7 +764,7 @@ impl<'a> Run<'a> {
     /// Tells the observer and appends to `events.jsonl`.
     fn emit(&mut self, kind: EventKind) -> io::Result<()> {
         self.observer.event(&kind);
-        self.run_dir.event(kind).map(|_| ())
+        self.run_dir.event(kind)
     }
 }
 
