@@ -29,6 +29,7 @@ use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
 use crate::statcache::hash_file;
+use crate::storedir::StoreDir;
 use fracflow_record::{FORMAT_VERSION, atomic_replace, atomic_write, unique_suffix};
 
 /// Staging directories and `*.part` files older than this are left over from killed runs. Staging is normally
@@ -142,6 +143,9 @@ pub struct Cache {
     root: PathBuf,
     /// Shared by the clones of one `Cache`, loaded on the first lookup.
     index: Arc<HitIndex>,
+    /// `entries/` and `blobs/` as a lookup stats their files (see `storedir`).
+    entry_store: Arc<StoreDir>,
+    blob_store: Arc<StoreDir>,
     /// Asked on a local miss, fed with what is built here (see `remote`).
     remote: Option<Arc<RemoteTier>>,
 }
@@ -182,12 +186,15 @@ pub fn output_hash(
 
 /// An entry file renewed within [`TOUCH_INTERVAL`].
 fn used_lately(entry_file: &fs::Metadata) -> bool {
-    entry_file.modified().is_ok_and(|modified| {
-        std::time::SystemTime::now()
-            .duration_since(modified)
-            .unwrap_or_default()
-            < TOUCH_INTERVAL
-    })
+    entry_file.modified().is_ok_and(modified_lately)
+}
+
+/// A file whose mtime is `modified` was renewed within [`TOUCH_INTERVAL`].
+fn modified_lately(modified: std::time::SystemTime) -> bool {
+    std::time::SystemTime::now()
+        .duration_since(modified)
+        .unwrap_or_default()
+        < TOUCH_INTERVAL
 }
 
 fn split(hash: &str) -> (&str, &str) {
@@ -202,6 +209,8 @@ impl Cache {
         Ok(Cache {
             root: root.to_owned(),
             index: Arc::new(HitIndex::new(root)),
+            entry_store: Arc::new(StoreDir::new(root.join("entries"))),
+            blob_store: Arc::new(StoreDir::new(root.join("blobs"))),
             remote: None,
         })
     }
@@ -358,22 +367,28 @@ impl Cache {
 
     /// Every blob an entry names is in the store.
     fn blobs_exist(&self, outputs: &BTreeMap<String, BlobRef>, log: Option<&BlobRef>) -> bool {
-        outputs
-            .values()
-            .chain(log)
-            .all(|b| self.blob_path(&b.hash).is_file())
+        outputs.values().chain(log).all(|b| {
+            let (head, tail) = split(&b.hash);
+            self.blob_store
+                .stat(head, tail, "")
+                .is_some_and(|stat| stat.is_file)
+        })
     }
 
     /// What `key` serves a run, or None on a miss: [`Cache::get`] without reading the entry when the hit index
     /// holds it for the entry file that is there now (see `hitindex`). Either way the entry must exist and
     /// every blob it names too. Renews the entry's use for `gc` (see [`Cache::touch`]).
     pub fn lookup(&self, key: &str) -> Option<Hit> {
-        let path = self.entry_path(key);
-        let Ok(metadata) = fs::metadata(&path) else {
+        let (head, _) = split(key);
+        let Some(entry_file) = self.entry_store.stat(head, key, ".json") else {
             self.index.remove(key);
             return None;
         };
-        let identity = EntryIdentity::of(&metadata);
+        let identity = EntryIdentity {
+            dev: entry_file.dev,
+            ino: entry_file.ino,
+            size: entry_file.size,
+        };
         let hit = match self.index.get(key, identity) {
             Some(hit) => hit,
             None => {
@@ -387,8 +402,8 @@ impl Cache {
             self.index.remove(key);
             return None;
         }
-        if !used_lately(&metadata) {
-            self.renew(&path);
+        if !modified_lately(entry_file.modified) {
+            self.renew(&self.entry_path(key));
         }
         Some(hit)
     }
