@@ -50,11 +50,16 @@ pub fn verdict_counts(expectations: &[ExpectationResult]) -> String {
     words
 }
 
-/// Where a run's numbers came from, as its manifest records it; `client` says how requests were made.
+/// Where a run's numbers came from, as its manifest records it; `client` says how requests were made. A repeat's
+/// numbers (and figures) are those of the run it repeated, so that run is named: a figure it re-draws, and one
+/// `verify` re-draws from its bundle, says what the figure drawn in that run says.
 pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
     Provenance {
         pipeline: manifest.pipeline.clone(),
-        run_id: manifest.run_id.clone(),
+        run_id: manifest
+            .repeats
+            .clone()
+            .unwrap_or_else(|| manifest.run_id.clone()),
         testbed: manifest.testbed.clone(),
         testbed_kind: manifest.testbed_profile["kind"]
             .as_str()
