@@ -452,8 +452,9 @@ fn verify_refuses_links_and_paths_outside_the_bundle() {
     );
 }
 
-/// A run that repeated another exactly writes a manifest naming that run instead of listing its nodes; every
-/// command that reads runs sees it whole: `runs`, `logs`, `diff`, `export` and `verify`, `plot`, and its report.
+/// A run that repeated another exactly writes its own fields and links its manifest to that run's instead of
+/// listing its nodes; every command that reads runs sees it whole: `runs`, `logs`, `diff`, `export` and
+/// `verify`, `plot`, and its report.
 #[test]
 fn a_repeat_reads_whole_in_runs_logs_diff_export_verify_plot_and_its_report() {
     let sandbox = synth_project();
@@ -465,11 +466,17 @@ fn a_repeat_reads_whole_in_runs_logs_diff_export_verify_plot_and_its_report() {
         panic!("two runs expected: {ids:?}")
     };
     let dir = sandbox.path().join("results/synth").join(repeat);
-    let raw: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest"))
-            .expect("manifest JSON");
-    assert_eq!(raw["repeats"], first.as_str(), "{raw:#}");
-    assert_eq!(raw["nodes"], serde_json::json!({}), "{raw:#}");
+    // Its own fields, and a link to the manifest of the run it repeated.
+    let head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("repeat.json")).expect("repeat.json"))
+            .expect("repeat.json is JSON");
+    assert_eq!(head["repeats"], first.as_str(), "{head:#}");
+    assert_eq!(head["run_id"], repeat.as_str(), "{head:#}");
+    assert_eq!(head["nodes"], serde_json::json!({}), "{head:#}");
+    assert_eq!(
+        std::fs::read_link(dir.join("manifest.json")).expect("a link"),
+        Path::new("..").join(first).join("manifest.json")
+    );
     let journal = std::fs::read_to_string(dir.join("events.jsonl")).expect("events");
     assert!(
         journal.contains("\"event\":\"run_repeated\"") && !journal.contains("node_cached"),

@@ -26,6 +26,13 @@ const SMALL_PIPELINE: usize = 1000;
 /// The file holding a run's [`RunDir::views_digest`].
 const VIEWS_DIGEST: &str = "views.digest";
 
+/// A run's manifest; a repeat's is a link to the manifest of the run it repeated.
+const MANIFEST_FILE: &str = "manifest.json";
+
+/// A repeat's own manifest fields (its id, command, times, status and the run it repeated), without params or
+/// nodes (see [`read_manifest`]).
+const REPEAT_FILE: &str = "repeat.json";
+
 /// Facts about the run that the engine cannot know by itself.
 #[derive(Debug, Clone)]
 pub struct RunMeta {
@@ -41,50 +48,39 @@ pub struct RunMeta {
     pub git: Option<fracflow_record::manifest::GitState>,
 }
 
-/// The manifest of the run in `dir`, complete: a run that repeated another ([`RunManifest::repeats`]) gets that
-/// run's params and nodes, each node `cached`. A parse error names the file.
+/// The manifest of the run in `dir`, complete: a run that repeated another ([`RunManifest::repeats`]) has its
+/// own fields in `repeat.json` and links `manifest.json` to that run's, whose params and nodes it takes, each
+/// node `cached`. A parse error names the file.
 pub fn read_manifest(dir: &Path) -> io::Result<RunManifest> {
-    let mut manifest = read_manifest_file(dir)?;
-    if let Some(base) = manifest.repeats.clone()
-        && manifest.nodes.is_empty()
-    {
-        let base_dir = repeated_run_dir(dir, &base)?;
-        let repeated = read_manifest_file(&base_dir)?;
-        if repeated.repeats.is_some() {
-            return Err(io::Error::other(format!(
-                "{}: run {base}, which this run repeats, is itself a repeat",
-                dir.join("manifest.json").display()
-            )));
-        }
-        manifest.params = repeated.params;
-        manifest.nodes = repeated
-            .nodes
-            .into_iter()
-            .map(|(id, record)| (id, repeated_record(record)))
-            .collect();
+    let manifest_file = dir.join(MANIFEST_FILE);
+    let linked = fs::symlink_metadata(&manifest_file).is_ok_and(|m| m.file_type().is_symlink());
+    let head_file = dir.join(REPEAT_FILE);
+    if !linked || !head_file.is_file() {
+        return read_manifest_file(&manifest_file);
     }
+    let mut manifest = read_manifest_file(&head_file)?;
+    let repeated = read_manifest_file(&manifest_file)?;
+    if manifest.repeats.as_deref() != Some(repeated.run_id.as_str()) || repeated.repeats.is_some() {
+        return Err(io::Error::other(format!(
+            "{}: links to the manifest of run {}, not of the run it repeats ({})",
+            manifest_file.display(),
+            repeated.run_id,
+            manifest.repeats.as_deref().unwrap_or("none")
+        )));
+    }
+    manifest.params = repeated.params;
+    manifest.nodes = repeated
+        .nodes
+        .into_iter()
+        .map(|(id, record)| (id, repeated_record(record)))
+        .collect();
     Ok(manifest)
 }
 
-fn read_manifest_file(dir: &Path) -> io::Result<RunManifest> {
-    let path = dir.join("manifest.json");
-    let bytes = fs::read(&path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+fn read_manifest_file(path: &Path) -> io::Result<RunManifest> {
+    let bytes =
+        fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     serde_json::from_slice(&bytes).map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
-}
-
-/// The directory of run `run_id`, a sibling of the run in `dir` (which may be reached through a `latest` link).
-fn repeated_run_dir(dir: &Path, run_id: &str) -> io::Result<PathBuf> {
-    let named = Path::new(run_id);
-    let plain = named.components().count() == 1 && named.file_name().is_some();
-    let parent = fs::canonicalize(dir)?.parent().map(Path::to_owned);
-    match parent {
-        Some(parent) if plain => Ok(parent.join(named)),
-        _ => Err(io::Error::other(format!(
-            "{}: `{run_id}` does not name a run beside it",
-            dir.join("manifest.json").display()
-        ))),
-    }
 }
 
 /// A node of the repeated run as the repeat served it: from the cache, under the key, outputs and metrics that
@@ -199,7 +195,8 @@ impl RunDir {
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
-        // Resumed, it is no longer a repeat: what it builds now is its own.
+        // Resumed, it is no longer a repeat: what it builds now is its own (its whole manifest replaces the
+        // link, and its repeat.json goes).
         manifest.repeats = None;
         if manifest.params.is_empty() {
             manifest.params = params_of(graph);
@@ -207,6 +204,10 @@ impl RunDir {
         fs::create_dir_all(dir.join("logs"))?;
         let mut run = RunDir::with_manifest(dir.to_owned(), manifest)?;
         run.write_manifest()?;
+        match fs::remove_file(dir.join(REPEAT_FILE)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         Ok(run)
     }
 
@@ -455,25 +456,28 @@ impl RunDir {
             || self.last_manifest_write.elapsed() >= interval
         {
             let bytes = self.manifest_bytes(ManifestForm::Whole)?;
-            atomic_replace(&self.dir.join("manifest.json"), &bytes)?;
+            atomic_replace(&self.dir.join(MANIFEST_FILE), &bytes)?;
             self.last_manifest_write = Instant::now();
         }
         Ok(())
     }
 
-    /// Writes the manifest durably: whole, or naming the run it repeats.
+    /// Writes the manifest durably. A repeat's own fields go to `repeat.json` and `manifest.json` becomes a
+    /// link to the manifest of the run it repeated, so a no-op writes a fixed number of bytes, and a reader of
+    /// the file itself still finds every node there (that run's records).
     pub fn write_manifest(&mut self) -> io::Result<()> {
-        let form = if self.manifest.repeats.is_some() {
-            ManifestForm::Head
-        } else {
-            ManifestForm::Whole
+        let Some(base) = self.manifest.repeats.clone() else {
+            return self.write_manifest_as(ManifestForm::Whole);
         };
-        self.write_manifest_as(form)
+        let bytes = self.manifest_bytes(ManifestForm::Head)?;
+        atomic_write(&self.dir.join(REPEAT_FILE), &bytes)?;
+        let target = Path::new("..").join(&base).join(MANIFEST_FILE);
+        replace_with_link(&self.dir, MANIFEST_FILE, &target)
     }
 
     fn write_manifest_as(&mut self, form: ManifestForm) -> io::Result<()> {
         let bytes = self.manifest_bytes(form)?;
-        atomic_write(&self.dir.join("manifest.json"), &bytes)
+        atomic_write(&self.dir.join(MANIFEST_FILE), &bytes)
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
@@ -636,12 +640,18 @@ pub fn is_latest_link(name: &str) -> bool {
     name == LATEST || name.starts_with("latest-")
 }
 
-/// Replaces `<base>/<link>` atomically: a new symlink under a temporary name, renamed over the old one.
+/// Replaces `<base>/<link>` atomically with a link to the run `run_id`.
 fn point_latest(base: &Path, link: &str, run_id: &str) -> io::Result<()> {
+    replace_with_link(base, link, Path::new(run_id))
+}
+
+/// Replaces `<dir>/<name>` atomically: a new symlink to `target` under a temporary name, renamed over the old
+/// file or link.
+fn replace_with_link(dir: &Path, name: &str, target: &Path) -> io::Result<()> {
     // Unique per machine too: two engines on one project may point a link at the same moment.
-    let tmp = base.join(format!(".{link}.{}", fracflow_record::unique_suffix()));
-    std::os::unix::fs::symlink(run_id, &tmp)?;
-    fs::rename(&tmp, base.join(link))
+    let tmp = dir.join(format!(".{name}.{}", fracflow_record::unique_suffix()));
+    std::os::unix::fs::symlink(target, &tmp)?;
+    fs::rename(&tmp, dir.join(name))
 }
 
 #[cfg(test)]

@@ -100,9 +100,10 @@ pub struct RunManifest {
     pub finished: Option<String>,
     pub status: RunStatus,
     /// The run this one repeated exactly: every node a cache hit under the keys, outputs and metrics that run
-    /// recorded, and the same resolved parameters. Its file then leaves `params` and `nodes` out;
-    /// `core::run::read_manifest` takes them from that run, each node `cached` (with the seconds that run
-    /// recorded for it), so a no-op writes a manifest whose size does not grow with the pipeline.
+    /// recorded, and the same resolved parameters. Its own fields are then in `repeat.json` (without `params`
+    /// and `nodes`) and its `manifest.json` is a link to that run's; `core::run::read_manifest` takes the
+    /// params and nodes from there, each node `cached` (with the seconds that run recorded for it), so a no-op
+    /// writes a fixed number of bytes however large the pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeats: Option<String>,
     /// Resolved parameters of every node, by node id.
