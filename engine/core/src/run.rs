@@ -204,10 +204,7 @@ impl RunDir {
         fs::create_dir_all(dir.join("logs"))?;
         let mut run = RunDir::with_manifest(dir.to_owned(), manifest)?;
         run.write_manifest()?;
-        match fs::remove_file(dir.join(REPEAT_FILE)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+        remove_repeat_head(dir)?;
         Ok(run)
     }
 
@@ -638,6 +635,14 @@ const LATEST: &str = "latest";
 /// Whether `name` (an entry of `results/<pipeline>/`) is one of the `latest` links [`latest_link`] names.
 pub fn is_latest_link(name: &str) -> bool {
     name == LATEST || name.starts_with("latest-")
+}
+
+/// Removes a former repeat's `repeat.json` (its whole manifest has replaced the link); none is fine.
+fn remove_repeat_head(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(REPEAT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Replaces `<base>/<link>` atomically with a link to the run `run_id`.
