@@ -451,3 +451,94 @@ fn verify_refuses_links_and_paths_outside_the_bundle() {
             .exists()
     );
 }
+
+/// A run that repeated another exactly writes its own fields and links its manifest to that run's instead of
+/// listing its nodes; every command that reads runs sees it whole: `runs`, `logs`, `diff`, `export` and
+/// `verify`, `plot`, and its report.
+#[test]
+fn a_repeat_reads_whole_in_runs_logs_diff_export_verify_plot_and_its_report() {
+    let sandbox = synth_project();
+    run_ok(&sandbox, &["run", "synth"]);
+    let shown = run_ok(&sandbox, &["run", "synth"]);
+    assert!(shown.contains("0 built, 4 cached"), "{shown}");
+    let ids = run_ids(&sandbox, "synth");
+    let [first, repeat] = ids.as_slice() else {
+        panic!("two runs expected: {ids:?}")
+    };
+    let dir = sandbox.path().join("results/synth").join(repeat);
+    // Its own fields, and a link to the manifest of the run it repeated.
+    let head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("repeat.json")).expect("repeat.json"))
+            .expect("repeat.json is JSON");
+    assert_eq!(head["repeats"], first.as_str(), "{head:#}");
+    assert_eq!(head["run_id"], repeat.as_str(), "{head:#}");
+    assert_eq!(head["nodes"], serde_json::json!({}), "{head:#}");
+    assert_eq!(
+        std::fs::read_link(dir.join("manifest.json")).expect("a link"),
+        Path::new("..").join(first).join("manifest.json")
+    );
+    let journal = std::fs::read_to_string(dir.join("events.jsonl")).expect("events");
+    assert!(
+        journal.contains("\"event\":\"run_repeated\"") && !journal.contains("node_cached"),
+        "{journal}"
+    );
+
+    let runs: serde_json::Value =
+        serde_json::from_slice(&sandbox.run(&["runs", "synth", "--json"]).stdout).expect("runs");
+    let listed = runs
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|r| r["run_id"] == repeat.as_str())
+        .expect("the repeat is listed");
+    assert_eq!(
+        listed["nodes"],
+        serde_json::json!({"built": 0, "cached": 4, "failed": 0}),
+        "{listed:#}"
+    );
+    assert_eq!(listed["status"], "succeeded", "{listed:#}");
+
+    // The log is found through the repeat's `logs/`, which is the first run's.
+    run_ok(&sandbox, &["logs", "gen[m=1024]", "--run", repeat]);
+
+    let output = sandbox.run(&["diff", first, repeat, "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let diff: serde_json::Value = serde_json::from_slice(&output.stdout).expect("diff --json");
+    assert_eq!(point(&diff, "2048")["verdict"], "no change", "{diff:#}");
+
+    let bundle = sandbox.path().join("repeat.tar.zst");
+    run_ok(
+        &sandbox,
+        &["export", repeat, "--out", bundle.to_str().expect("utf-8")],
+    );
+    let files = entries(&bundle);
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &files
+            .iter()
+            .find(|(n, _)| n == "manifest.json")
+            .expect("the bundle holds a manifest")
+            .1,
+    )
+    .expect("bundle manifest");
+    assert_eq!(manifest["nodes"]["fig"]["status"], "cached", "{manifest:#}");
+    assert!(
+        manifest["params"]["gen[m=1024]"]["config"].is_object(),
+        "{manifest:#}"
+    );
+    for wanted in ["nodes/fig/synth.svg", "nodes/aggregate/summary.csv"] {
+        assert!(
+            files.iter().any(|(n, _)| n == wanted),
+            "{wanted} not bundled"
+        );
+    }
+    run_ok(&sandbox, &["verify", bundle.to_str().expect("utf-8")]);
+
+    let redrawn = run_ok(&sandbox, &["plot", "synth"]);
+    assert!(redrawn.contains(repeat.as_str()), "{redrawn}");
+
+    let report = std::fs::read_to_string(dir.join("report.html")).expect("report");
+    assert!(
+        report.contains("synth.svg") && report.contains(&format!("../{first}/report.html")),
+        "the repeat's report shows the figure and names the run it repeated"
+    );
+}

@@ -1,6 +1,7 @@
 //! How a run looks on a terminal: indicatif bars on a TTY, one plain line per event otherwise, JSON with `--json`.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,26 @@ impl Drop for Reporter {
 
 impl Observer for Reporter {
     fn event(&mut self, event: &EventKind) {
+        // A no-op reports one hit per node: its line is written in place, without the general path's two
+        // formatted strings (the same text: `[done/total] cached   node`).
+        if let (
+            Reporter::Plain {
+                total,
+                done,
+                pending,
+                flushed,
+            },
+            EventKind::NodeCached { node, .. },
+        ) = (&mut *self, event)
+        {
+            *done += 1;
+            let _ = writeln!(pending, "[{done:>5}/{total}] cached   {node}");
+            if flushed.elapsed() >= PLAIN_FLUSH {
+                write_plain(pending);
+                *flushed = Instant::now();
+            }
+            return;
+        }
         if let Reporter::Json = self {
             if let Ok(text) = serde_json::to_string(event) {
                 let mut out = std::io::stdout().lock();
@@ -142,6 +163,9 @@ impl Observer for Reporter {
             }
             EventKind::NodeFailed { node, error } => format!("FAILED   {node}: {error}"),
             EventKind::NodeSkipped { node, reason } => format!("skipped  {node}: {reason}"),
+            EventKind::RunRepeated { run_id, nodes } => {
+                format!("fracflow: {nodes} nodes cached exactly as in run {run_id}")
+            }
             EventKind::RunFinished { status, seconds } => {
                 format!("fracflow: run {status} in {seconds:.2}s")
             }

@@ -404,6 +404,11 @@ pub fn progress(dir: &Path) -> Progress {
                 progress.total = *nodes;
                 continue;
             }
+            // The run's last events: every node was a hit.
+            EventKind::RunRepeated { nodes, .. } => {
+                progress.done += nodes;
+                continue;
+            }
             EventKind::NodeStarted { node, .. } | EventKind::NodeWaiting { node, .. } => {
                 if matches!(seen.get(node), Some(Seen::Running(_))) {
                     continue;
@@ -626,6 +631,21 @@ mod tests {
         assert_eq!(progress.done, 1, "{progress:?}");
         assert_eq!(progress.failed, 0, "{progress:?}");
         assert_eq!(progress.running, vec![("b".to_owned(), 1500)]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_repeat_counts_every_node_done() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let lines = [
+            r#"{"at_ms":1000,"event":"run_started","pipeline":"p","run_id":"r","nodes":3,"testbed":"emulated"}"#,
+            r#"{"at_ms":1002,"event":"run_repeated","run_id":"q","nodes":3}"#,
+            r#"{"at_ms":1002,"event":"run_finished","status":"succeeded","seconds":0.002}"#,
+        ];
+        fs::write(dir.path().join("events.jsonl"), lines.join("\n"))?;
+        let progress = progress(dir.path());
+        assert_eq!((progress.total, progress.done), (3, 3), "{progress:?}");
+        assert!(progress.running.is_empty() && progress.failed == 0);
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ pub mod run;
 pub mod scheduler;
 pub mod spec;
 pub mod statcache;
+mod storedir;
 pub mod suggest;
 
 pub use cache::{Cache, CacheEntry, Hit};

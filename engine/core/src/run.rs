@@ -1,6 +1,6 @@
 //! A run's directory under `results/<pipeline>/<run-id>/`: manifest, events, logs and output views.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,11 +23,15 @@ const HITS_MANIFEST_INTERVAL: Duration = Duration::from_secs(2);
 /// Below this many nodes the manifest is written indented, to be read by eye.
 const SMALL_PIPELINE: usize = 1000;
 
-/// The longest an appended cache-hit event waits in memory.
-const EVENTS_FLUSH: Duration = Duration::from_millis(100);
-
 /// The file holding a run's [`RunDir::views_digest`].
 const VIEWS_DIGEST: &str = "views.digest";
+
+/// A run's manifest; a repeat's is a link to the manifest of the run it repeated.
+const MANIFEST_FILE: &str = "manifest.json";
+
+/// A repeat's own manifest fields (its id, command, times, status and the run it repeated), without params or
+/// nodes (see [`read_manifest`]).
+const REPEAT_FILE: &str = "repeat.json";
 
 /// Facts about the run that the engine cannot know by itself.
 #[derive(Debug, Clone)]
@@ -44,12 +48,51 @@ pub struct RunMeta {
     pub git: Option<fracflow_record::manifest::GitState>,
 }
 
-/// The manifest of the run in `dir`; a parse error names the file.
+/// The manifest of the run in `dir`, complete: a run that repeated another ([`RunManifest::repeats`]) has its
+/// own fields in `repeat.json` and links `manifest.json` to that run's, whose params and nodes it takes, each
+/// node `cached`. A parse error names the file.
 pub fn read_manifest(dir: &Path) -> io::Result<RunManifest> {
-    let path = dir.join("manifest.json");
-    let bytes = fs::read(&path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let manifest_file = dir.join(MANIFEST_FILE);
+    let linked = fs::symlink_metadata(&manifest_file).is_ok_and(|m| m.file_type().is_symlink());
+    let head_file = dir.join(REPEAT_FILE);
+    if !linked || !head_file.is_file() {
+        return read_manifest_file(&manifest_file);
+    }
+    let mut manifest = read_manifest_file(&head_file)?;
+    let repeated = read_manifest_file(&manifest_file)?;
+    if manifest.repeats.as_deref() != Some(repeated.run_id.as_str()) || repeated.repeats.is_some() {
+        return Err(io::Error::other(format!(
+            "{}: links to the manifest of run {}, not of the run it repeats ({})",
+            manifest_file.display(),
+            repeated.run_id,
+            manifest.repeats.as_deref().unwrap_or("none")
+        )));
+    }
+    manifest.params = repeated.params;
+    manifest.nodes = repeated
+        .nodes
+        .into_iter()
+        .map(|(id, record)| (id, repeated_record(record)))
+        .collect();
+    Ok(manifest)
+}
+
+fn read_manifest_file(path: &Path) -> io::Result<RunManifest> {
+    let bytes =
+        fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     serde_json::from_slice(&bytes).map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
+}
+
+/// A node of the repeated run as the repeat served it: from the cache, under the key, outputs and metrics that
+/// run recorded; its log and seconds are that run's (the repeat's `logs/` is that run's).
+fn repeated_record(record: NodeRecord) -> NodeRecord {
+    NodeRecord {
+        status: NodeStatus::Cached,
+        started: None,
+        error: None,
+        reason: None,
+        ..record
+    }
 }
 
 pub fn now_rfc3339() -> String {
@@ -77,17 +120,15 @@ pub struct RunDir {
     /// `events.jsonl`, appended to in whole lines. Held open for the whole run: that is how `status` tells a
     /// live run from a dead one.
     events: Box<dyn AppendFile>,
-    /// Whole event lines not appended yet (see [`RunDir::event`]).
-    pending_events: Vec<u8>,
-    events_flushed: Instant,
+    /// Cache-hit events not appended yet, kept unwritten: a repeat journals one line for all of them (see
+    /// [`RunDir::event`]).
+    pending_hits: Vec<Event>,
     last_manifest_write: Instant,
     /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
     /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
-    deferred: BTreeMap<String, Hit>,
+    deferred: HashMap<String, Hit>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
-    /// This run's `nodes/` and `logs/` are links to the previous run's: it made no views of its own.
-    borrowed_views: bool,
 }
 
 impl RunDir {
@@ -144,21 +185,14 @@ impl RunDir {
             resumed: Vec::new(),
             finished: None,
             status: RunStatus::Running,
-            params: graph
-                .topological()
-                .iter()
-                .map(|&i| {
-                    let spec = graph.spec(i);
-                    (
-                        spec.id.clone(),
-                        serde_json::json!({"point": spec.point, "config": spec.config}),
-                    )
-                })
-                .collect(),
+            repeats: None,
+            params: params_of(graph),
             nodes: BTreeMap::new(),
         };
         let mut run = RunDir::with_manifest(files, dir, manifest)?;
-        run.write_manifest()?;
+        // The first write says only that the run exists: the params come with the first checkpoint, so a
+        // no-op writes a manifest whose size does not grow with the pipeline.
+        run.write_manifest_as(ManifestForm::Head)?;
         let link = latest_link(meta.variant.as_deref(), &meta.testbed);
         run.previous = fs::read_link(base.join(&link))
             .ok()
@@ -168,16 +202,24 @@ impl RunDir {
         Ok(run)
     }
 
-    /// Continues writing into an existing run directory (`--resume RUN_DIR`).
-    pub fn resume(dir: &Path) -> io::Result<RunDir> {
+    /// Continues writing into an existing run directory (`--resume RUN_DIR`); `graph` gives the params of a run
+    /// stopped before its manifest held them.
+    pub fn resume(dir: &Path, graph: &Graph) -> io::Result<RunDir> {
         let mut manifest = read_manifest(dir)?;
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
+        // Resumed, it is no longer a repeat: what it builds now is its own (its whole manifest replaces the
+        // link, and its repeat.json goes).
+        manifest.repeats = None;
+        if manifest.params.is_empty() {
+            manifest.params = params_of(graph);
+        }
         let files = Files::real();
         files.create_dir_all(&dir.join("logs"))?;
-        let run = RunDir::with_manifest(files, dir.to_owned(), manifest)?;
+        let mut run = RunDir::with_manifest(files, dir.to_owned(), manifest)?;
         run.write_manifest()?;
+        remove_repeat_head(&run.files, dir)?;
         Ok(run)
     }
 
@@ -187,12 +229,10 @@ impl RunDir {
             dir,
             manifest,
             files,
-            pending_events: Vec::new(),
-            events_flushed: Instant::now(),
+            pending_hits: Vec::new(),
             last_manifest_write: Instant::now(),
-            deferred: BTreeMap::new(),
+            deferred: HashMap::new(),
             previous: None,
-            borrowed_views: false,
         })
     }
 
@@ -220,45 +260,57 @@ impl RunDir {
     }
 
     pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
-        self.manifest
-            .nodes
-            .entry(id.to_owned())
-            .or_insert_with(|| NodeRecord::pending(kind))
+        record_in(&mut self.manifest.nodes, id, kind)
     }
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
     ///
-    /// Cache hits are appended in batches (with the next other event, with the first hit `EVENTS_FLUSH` after
-    /// the last write, and at the end; a hit is always followed by one of those): a
-    /// kill may lose the last few, which the cache holds anyway, and a no-op of 10 000 nodes makes a handful of
-    /// writes instead of 10 000.
-    pub fn event(&mut self, kind: EventKind) -> io::Result<Event> {
-        let hit = matches!(kind, EventKind::NodeCached { .. });
+    /// Cache hits wait in memory for the next other event, which appends them first: a kill may lose them,
+    /// which the cache holds anyway, and a run that repeats another exactly writes one `run_repeated` line for
+    /// them instead of one line per node (see [`RunDir::settle_views`]).
+    pub fn event(&mut self, kind: EventKind) -> io::Result<()> {
         let event = Event {
             at_ms: now_ms(),
             kind,
         };
-        serde_json::to_writer(&mut self.pending_events, &event).map_err(io::Error::other)?;
-        self.pending_events.push(b'\n');
-        if !hit || self.events_flushed.elapsed() >= EVENTS_FLUSH {
-            self.flush_events()?;
+        if matches!(event.kind, EventKind::NodeCached { .. }) {
+            self.pending_hits.push(event);
+            return Ok(());
         }
-        Ok(event)
+        let mut lines = Vec::new();
+        if let Some(base) = self.manifest.repeats.clone() {
+            self.pending_hits.clear();
+            let repeated = Event {
+                at_ms: event.at_ms,
+                kind: EventKind::RunRepeated {
+                    run_id: base,
+                    nodes: self.manifest.nodes.len(),
+                },
+            };
+            push_line(&mut lines, &repeated)?;
+        }
+        for hit in std::mem::take(&mut self.pending_hits) {
+            push_line(&mut lines, &hit)?;
+        }
+        push_line(&mut lines, &event)?;
+        self.events.append(&lines)
     }
 
     fn flush_events(&mut self) -> io::Result<()> {
-        if !self.pending_events.is_empty() {
-            self.events.append(&self.pending_events)?;
-            self.pending_events.clear();
+        if self.pending_hits.is_empty() {
+            return Ok(());
         }
-        self.events_flushed = Instant::now();
-        Ok(())
+        let mut lines = Vec::new();
+        for hit in std::mem::take(&mut self.pending_hits) {
+            push_line(&mut lines, &hit)?;
+        }
+        self.events.append(&lines)
     }
 
     /// Records a node that ran and links its views to the staged files of its outputs, which the commit then
     /// names in the cache (the same files: a view made now stays the output after the commit).
     pub fn publish_staged(&mut self, node: &str, kind: &str, staged: &Staged) -> io::Result<()> {
-        self.record_hit(node, kind, &staged.entry.hit());
+        record_hit(&mut self.manifest.nodes, node, kind, &staged.entry.hit());
         let out = self.outputs_dir(node);
         for (name, file) in &staged.files {
             self.link_or_copy(file, &out.join(name))?;
@@ -266,10 +318,16 @@ impl RunDir {
         Ok(())
     }
 
-    /// Records a cache hit; its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
-    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) {
-        self.record_hit(node, kind, &hit);
-        self.deferred.insert(node.to_owned(), hit);
+    /// Records a cache hit, as the outputs of `node` (not always the node named in the entry: two nodes doing
+    /// identical work share one key, and the second is served the first one's entry), returning its record;
+    /// its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
+    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) -> &mut NodeRecord {
+        let hit = self
+            .deferred
+            .entry(node.to_owned())
+            .insert_entry(hit)
+            .into_mut();
+        record_hit(&mut self.manifest.nodes, node, kind, hit)
     }
 
     /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
@@ -280,22 +338,7 @@ impl RunDir {
         }
     }
 
-    fn record_hit(&mut self, node: &str, kind: &str, hit: &Hit) {
-        let has_log = hit.log.is_some();
-        let record = self.record_mut(node, kind);
-        record.key = Some(hit.key.clone());
-        record.outputs = hit
-            .outputs
-            .iter()
-            .map(|(n, b)| (n.clone(), b.hash.clone()))
-            .collect();
-        record.metrics = hit.metrics.clone();
-        if has_log {
-            record.log = Some(format!("logs/{}.log", node_dir_name(node)));
-        }
-    }
-
-    /// A view of a blob: a hard link, or a copy where the run directory is on another filesystem.
+    /// A view of a file: a hard link, or a copy where the run directory is on another filesystem.
     fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
         if let Some(parent) = to.parent() {
             self.files.create_dir_all(parent)?;
@@ -322,17 +365,21 @@ impl RunDir {
         Ok(())
     }
 
-    /// Makes the views of every deferred hit. When every node of this run is a hit, and the previous run of
-    /// its variant and testbed made views for exactly these nodes under the same keys (its `views.digest`),
-    /// this run's `nodes/` and `logs/` are one link each to that run's (followed to the run that made them),
-    /// so a no-op writes a fixed number of files; otherwise each view is linked from the cache.
-    fn materialize_all(&mut self, cache: &Cache) -> io::Result<()> {
+    /// Makes the views of every deferred hit, before the run's last event. When every node of this run is a hit
+    /// and the run that made the views of the previous run of its variant and testbed recorded exactly these
+    /// nodes, keys, outputs, metrics and params (its `views.digest`), this run repeats that one: its `nodes/` and
+    /// `logs/` are one link each to that run's, and its manifest and journal name that run instead of listing
+    /// every node, so a no-op writes a fixed number of files of a fixed size. Otherwise each view is linked
+    /// from the cache.
+    pub fn settle_views(&mut self, cache: &Cache) -> io::Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
         }
-        if self.deferred.len() == self.manifest.nodes.len() && self.borrow_previous_views() {
+        if self.deferred.len() == self.manifest.nodes.len()
+            && let Some(base) = self.repeat_previous()
+        {
+            self.manifest.repeats = Some(base);
             self.deferred.clear();
-            self.borrowed_views = true;
             return Ok(());
         }
         for (node, hit) in std::mem::take(&mut self.deferred) {
@@ -341,63 +388,88 @@ impl RunDir {
         Ok(())
     }
 
-    /// What a run's views hold: a hash over every node id and key, in id order. Only a run whose every node
-    /// was built or served has one, in `views.digest`.
-    fn views_digest<'a>(nodes: impl Iterator<Item = (&'a String, &'a str)>) -> String {
-        let mut hasher = blake3::Hasher::new();
-        for (node, key) in nodes {
-            hasher.update(node.as_bytes());
-            hasher.update(&[0]);
-            hasher.update(key.as_bytes());
-            hasher.update(&[0]);
+    /// What a run's views and records hold: a hash over every node's id, kind, key, outputs and metrics, in id
+    /// order, and its params. Only a run whose every node was built or served has one, in `views.digest`; a
+    /// run whose digest equals another's can be read as that run, each node cached. Hashed as one buffer:
+    /// thousands of small hasher updates cost a tenth of a no-op.
+    fn views_digest(&self) -> io::Result<String> {
+        let mut text = Vec::with_capacity(self.manifest.nodes.len() * 192);
+        fn field(text: &mut Vec<u8>, bytes: &[u8]) {
+            text.extend_from_slice(bytes);
+            text.push(0);
         }
-        hasher.finalize().to_hex().to_string()
+        for (node, record) in &self.manifest.nodes {
+            field(&mut text, node.as_bytes());
+            field(&mut text, record.kind.as_bytes());
+            field(&mut text, record.key.as_deref().unwrap_or("").as_bytes());
+            for (name, hash) in &record.outputs {
+                field(&mut text, name.as_bytes());
+                field(&mut text, hash.as_bytes());
+            }
+            if !record.metrics.is_empty() {
+                serde_json::to_writer(&mut text, &record.metrics).map_err(io::Error::other)?;
+            }
+            text.push(1);
+        }
+        // A keyed node's params (its point and config) are part of its key, whose fingerprint holds both
+        // whole, so its id says enough; a node without a key here (outside the run's targets) is hashed whole.
+        // Both maps are in id order: one pass over each.
+        let mut records = self.manifest.nodes.iter().peekable();
+        for (node, params) in &self.manifest.params {
+            field(&mut text, node.as_bytes());
+            while records.next_if(|(id, _)| *id < node).is_some() {}
+            let keyed = records
+                .next_if(|(id, _)| *id == node)
+                .is_some_and(|(_, record)| record.key.is_some());
+            if !keyed {
+                serde_json::to_writer(&mut text, params).map_err(io::Error::other)?;
+            }
+            text.push(2);
+        }
+        Ok(blake3::hash(&text).to_hex().to_string())
     }
 
-    /// Links `nodes/` and `logs/` to the previous run's when its views hold exactly this run's nodes and keys.
-    fn borrow_previous_views(&self) -> bool {
-        let Some(previous) = &self.previous else {
-            return false;
-        };
-        let ours = Self::views_digest(self.deferred.iter().map(|(n, hit)| (n, hit.key.as_str())));
-        let same =
-            fs::read_to_string(previous.join(VIEWS_DIGEST)).is_ok_and(|theirs| theirs == ours);
-        let (Ok(nodes), Ok(logs)) = (
-            fs::canonicalize(previous.join("nodes")),
-            fs::canonicalize(previous.join("logs")),
-        ) else {
-            return false;
-        };
-        if !same || self.dir.join("nodes").exists() {
-            return false;
+    /// The id of the run that made the previous run's views, with `nodes/` and `logs/` linked to its, when its
+    /// `views.digest` equals this run's.
+    fn repeat_previous(&self) -> Option<String> {
+        let previous = self.previous.as_ref()?;
+        // The run that made the views: the previous run itself, or the run it repeated.
+        let nodes = fs::canonicalize(previous.join("nodes")).ok()?;
+        let base = nodes.parent()?;
+        let logs = fs::canonicalize(previous.join("logs")).ok()?;
+        if logs.parent()? != base || nodes.file_name()? != "nodes" || logs.file_name()? != "logs" {
+            return None;
         }
-        // Relative when the run that made the views is a sibling (as it always is under results/<pipeline>/),
-        // so the project can be moved or copied with its results.
-        let sibling = |target: PathBuf| {
-            let base = fs::canonicalize(self.dir.parent()?).ok()?;
-            let run = target.parent()?;
-            let (run_name, leaf) = (run.file_name()?, target.file_name()?);
-            (run.parent()? == base).then(|| Path::new("..").join(run_name).join(leaf))
-        };
-        let (nodes, logs) = (
-            sibling(nodes.clone()).unwrap_or(nodes),
-            sibling(logs.clone()).unwrap_or(logs),
-        );
-        if self.files.symlink(&nodes, &self.dir.join("nodes")).is_err() {
-            return false;
+        // Relative, and only to a sibling (as runs under results/<pipeline>/ always are), so the project can
+        // be moved or copied with its results and the manifest can name the run by its id.
+        let here = fs::canonicalize(self.dir.parent()?).ok()?;
+        if base.parent()? != here {
+            return None;
         }
+        let base_id = base.file_name()?.to_str()?.to_owned();
+        let theirs = fs::read_to_string(base.join(VIEWS_DIGEST)).ok()?;
+        if self.views_digest().ok()? != theirs || self.dir.join("nodes").exists() {
+            return None;
+        }
+        let run = Path::new("..").join(&base_id);
+        self.files
+            .symlink(&run.join("nodes"), &self.dir.join("nodes"))
+            .ok()?;
         // `logs/` was made empty at creation (a hit writes no log of its own); if it cannot be replaced, the
-        // views are made one by one instead, never into the previous run's folders.
+        // views are made one by one instead, never into the other run's folders.
         let logs_replaced = self
             .files
             .remove_dir(&self.dir.join("logs"))
-            .and_then(|()| self.files.symlink(&logs, &self.dir.join("logs")));
+            .and_then(|()| {
+                self.files
+                    .symlink(&run.join("logs"), &self.dir.join("logs"))
+            });
         if logs_replaced.is_err() {
             let _ = self.files.remove_file(&self.dir.join("nodes"));
             let _ = self.files.create_dir_all(&self.dir.join("logs"));
-            return false;
+            return None;
         }
-        true
+        Some(base_id)
     }
 
     /// The manifest as it stands, when its last write is old enough: `ran` (a node finished or failed) at most
@@ -415,35 +487,58 @@ impl RunDir {
         self.last_manifest_write = Instant::now();
         Ok(Some(Checkpoint {
             files: self.files.clone(),
-            path: self.dir.join("manifest.json"),
-            bytes: self.manifest_bytes()?,
+            path: self.dir.join(MANIFEST_FILE),
+            bytes: self.manifest_bytes(ManifestForm::Whole)?,
         }))
     }
 
-    /// Writes the manifest durably.
-    pub fn write_manifest(&self) -> io::Result<()> {
-        self.files.publish(
-            &self.dir.join("manifest.json"),
-            &self.manifest_bytes()?,
-            Publish::Durable,
-        )
+    /// Writes the manifest durably. A repeat's own fields go to `repeat.json` and `manifest.json` becomes a
+    /// link to the manifest of the run it repeated, so a no-op writes a fixed number of bytes, and a reader of
+    /// the file itself still finds every node there (that run's records).
+    pub fn write_manifest(&mut self) -> io::Result<()> {
+        let Some(base) = self.manifest.repeats.clone() else {
+            return self.write_manifest_as(ManifestForm::Whole);
+        };
+        let bytes = self.manifest_bytes(ManifestForm::Head)?;
+        self.files
+            .publish(&self.dir.join(REPEAT_FILE), &bytes, Publish::Durable)?;
+        let target = Path::new("..").join(&base).join(MANIFEST_FILE);
+        replace_with_link(&self.files, &self.dir, MANIFEST_FILE, &target)
+    }
+
+    fn write_manifest_as(&mut self, form: ManifestForm) -> io::Result<()> {
+        let bytes = self.manifest_bytes(form)?;
+        self.files
+            .publish(&self.dir.join(MANIFEST_FILE), &bytes, Publish::Durable)
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
     /// was half the bytes a no-op wrote.
-    fn manifest_bytes(&self) -> io::Result<Vec<u8>> {
-        if self.manifest.params.len() < SMALL_PIPELINE {
+    fn manifest_bytes(&mut self, form: ManifestForm) -> io::Result<Vec<u8>> {
+        let small = self.manifest.params.len() < SMALL_PIPELINE;
+        let records = match form {
+            ManifestForm::Whole => None,
+            ManifestForm::Head => Some((
+                std::mem::take(&mut self.manifest.params),
+                std::mem::take(&mut self.manifest.nodes),
+            )),
+        };
+        let bytes = if small {
             serde_json::to_vec_pretty(&self.manifest)
         } else {
             serde_json::to_vec(&self.manifest)
+        };
+        if let Some((params, nodes)) = records {
+            self.manifest.params = params;
+            self.manifest.nodes = nodes;
         }
-        .map_err(io::Error::other)
+        bytes.map_err(io::Error::other)
     }
 
     /// Makes the deferred views, records the final status and writes the manifest one last time; saves the
     /// cache's hit index for the next run.
     pub fn finish(&mut self, cache: &Cache, status: RunStatus) -> io::Result<()> {
-        self.materialize_all(cache)?;
+        self.settle_views(cache)?;
         for record in self.manifest.nodes.values_mut() {
             if matches!(record.status, NodeStatus::Pending | NodeStatus::Running) {
                 record.status = NodeStatus::Skipped;
@@ -457,23 +552,16 @@ impl RunDir {
         let complete = self.manifest.nodes.values().all(|record| {
             matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
         });
-        if complete {
-            let digest = Self::views_digest(
-                self.manifest
-                    .nodes
-                    .iter()
-                    .filter_map(|(node, record)| Some((node, record.key.as_deref()?))),
-            );
+        // A repeat's views are its base run's, which holds the digest the next run compares with.
+        if complete && self.manifest.repeats.is_none() {
             // The digest vouches for the views a later no-op borrows: the views this run made are durable
             // before it is written (one syncfs for all of them), or power loss could keep the digest and lose
             // views. The digest itself is not synced: a lost one only means the next no-op links its views
             // one by one.
-            if !self.borrowed_views {
-                self.files.sync_fs(&self.dir)?;
-            }
+            self.files.sync_fs(&self.dir)?;
             self.files.publish(
                 &self.dir.join(VIEWS_DIGEST),
-                digest.as_bytes(),
+                self.views_digest()?.as_bytes(),
                 Publish::Unsynced,
             )?;
         }
@@ -506,6 +594,68 @@ impl Drop for RunDir {
     }
 }
 
+/// The record of node `id` among `nodes`, made pending if it has none.
+fn record_in<'a>(
+    nodes: &'a mut BTreeMap<String, NodeRecord>,
+    id: &str,
+    kind: &str,
+) -> &'a mut NodeRecord {
+    nodes
+        .entry(id.to_owned())
+        .or_insert_with(|| NodeRecord::pending(kind))
+}
+
+/// Records a cache hit of `node` (its key, outputs, metrics and log) and returns its record.
+fn record_hit<'a>(
+    nodes: &'a mut BTreeMap<String, NodeRecord>,
+    node: &str,
+    kind: &str,
+    hit: &Hit,
+) -> &'a mut NodeRecord {
+    let record = record_in(nodes, node, kind);
+    record.key = Some(hit.key.clone());
+    record.outputs = hit
+        .outputs
+        .iter()
+        .map(|(n, b)| (n.clone(), b.hash.clone()))
+        .collect();
+    record.metrics = hit.metrics.clone();
+    if hit.log.is_some() {
+        record.log = Some(format!("logs/{}.log", node_dir_name(node)));
+    }
+    record
+}
+
+/// Appends `event` to `lines` as one JSON line.
+fn push_line(lines: &mut Vec<u8>, event: &Event) -> io::Result<()> {
+    serde_json::to_writer(&mut *lines, event).map_err(io::Error::other)?;
+    lines.push(b'\n');
+    Ok(())
+}
+
+/// How much of the manifest a write holds.
+#[derive(Debug, Clone, Copy)]
+enum ManifestForm {
+    Whole,
+    /// Without `params` and `nodes`: a run's first write, and a repeat's, whose records are its base run's.
+    Head,
+}
+
+/// Every node's resolved parameters (its point and config), as the manifest records them.
+fn params_of(graph: &Graph) -> BTreeMap<String, serde_json::Value> {
+    graph
+        .topological()
+        .iter()
+        .map(|&i| {
+            let spec = graph.spec(i);
+            (
+                spec.id.clone(),
+                serde_json::json!({"point": spec.point, "config": spec.config}),
+            )
+        })
+        .collect()
+}
+
 /// The testbed whose runs own the plain `latest` link (the CLI's default `--testbed`).
 pub const DEFAULT_TESTBED: &str = "emulated";
 
@@ -534,12 +684,26 @@ pub fn is_latest_link(name: &str) -> bool {
     name == LATEST || name.starts_with("latest-")
 }
 
-/// Replaces `<base>/<link>` atomically: a new symlink under a temporary name, renamed over the old one.
+/// Removes a former repeat's `repeat.json` (its whole manifest has replaced the link); none is fine.
+fn remove_repeat_head(files: &Files, dir: &Path) -> io::Result<()> {
+    match files.remove_file(&dir.join(REPEAT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces `<base>/<link>` atomically with a link to the run `run_id`.
 fn point_latest(files: &Files, base: &Path, link: &str, run_id: &str) -> io::Result<()> {
+    replace_with_link(files, base, link, Path::new(run_id))
+}
+
+/// Replaces `<dir>/<name>` atomically: a new symlink to `target` under a temporary name, renamed over the old
+/// file or link.
+fn replace_with_link(files: &Files, dir: &Path, name: &str, target: &Path) -> io::Result<()> {
     // Unique per machine too: two engines on one project may point a link at the same moment.
-    let tmp = base.join(format!(".{link}.{}", fracflow_record::unique_suffix()));
-    files.symlink(Path::new(run_id), &tmp)?;
-    files.rename(&tmp, &base.join(link))
+    let tmp = dir.join(format!(".{name}.{}", fracflow_record::unique_suffix()));
+    files.symlink(target, &tmp)?;
+    files.rename(&tmp, &dir.join(name))
 }
 
 #[cfg(test)]

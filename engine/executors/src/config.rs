@@ -26,6 +26,16 @@ pub fn custom_with_hint<E: de::Error>(message: impl fmt::Display, hint: Option<S
 
 /// The node's configuration as `T`, or every problem serde finds in it.
 pub fn parse<T: DeserializeOwned>(spec: &NodeSpec) -> Result<T, Vec<ConfigProblem>> {
+    // Most configurations are valid, and every node's is parsed at load (`check`), when keyed (`info`) and by
+    // `plan` (`describe`): read straight from the node's map first, with serde_json's deserializer over its
+    // values, which takes every value as the tracked parse does. Only a configuration it rejects pays for the
+    // copy the problem-collecting parse takes values out of (a fifth of a 10 000-node plan's instructions).
+    let entries = spec.config.iter().map(|(key, value)| (key.as_str(), value));
+    let direct: Result<T, serde_json::Error> =
+        T::deserialize(de::value::MapDeserializer::new(entries));
+    if let Ok(parsed) = direct {
+        return Ok(parsed);
+    }
     let object = Value::Object(
         spec.config
             .iter()

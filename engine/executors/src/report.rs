@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use fracflow_core::Cache;
 use fracflow_core::run::node_dir_name;
-use fracflow_plot::report::{Report, ReportFigure, ReportNode, ReportTable, write_report};
+use fracflow_plot::report::{
+    RepeatedRun, Report, ReportFigure, ReportNode, ReportTable, write_report,
+};
 use fracflow_record::{
     ExpectationResult, MeasureSummary, Provenance, RunManifest, SUMMARY_FILE, Verdict,
 };
@@ -48,11 +50,16 @@ pub fn verdict_counts(expectations: &[ExpectationResult]) -> String {
     words
 }
 
-/// Where a run's numbers came from, as its manifest records it; `client` says how requests were made.
+/// Where a run's numbers came from, as its manifest records it; `client` says how requests were made. A repeat's
+/// numbers (and figures) are those of the run it repeated, so that run is named: a figure it re-draws, and one
+/// `verify` re-draws from its bundle, says what the figure drawn in that run says.
 pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
     Provenance {
         pipeline: manifest.pipeline.clone(),
-        run_id: manifest.run_id.clone(),
+        run_id: manifest
+            .repeats
+            .clone()
+            .unwrap_or_else(|| manifest.run_id.clone()),
         testbed: manifest.testbed.clone(),
         testbed_kind: manifest.testbed_profile["kind"]
             .as_str()
@@ -72,6 +79,10 @@ pub fn run_provenance(run_dir: &Path, manifest: &RunManifest) -> Provenance {
     let mut measured: Vec<String> = Vec::new();
     let mut tables = Vec::new();
     for (id, record) in &manifest.nodes {
+        // Only two kinds are read: a 10 000-node command pipeline makes no path per node.
+        if !matches!(record.kind.as_str(), "measure" | "aggregate") {
+            continue;
+        }
         let dir = run_dir.join("nodes").join(node_dir_name(id));
         match record.kind.as_str() {
             "measure" => {
@@ -129,11 +140,13 @@ pub fn write_run_report(
     let mut tools: BTreeMap<String, String> = BTreeMap::new();
     let mut device: BTreeMap<String, String> = BTreeMap::new();
     for (id, record) in &manifest.nodes {
+        // Only the FPGA, measurement and analysis kinds record tools or show on the page; reading every entry
+        // of a 10 000-node command pipeline would cost its no-op run a second.
+        if matches!(record.kind.as_str(), "command" | "group") {
+            continue;
+        }
         let dir = node_dir(id);
-        // Only the FPGA and measurement kinds record tools; reading every entry of a 10 000-node command
-        // pipeline would cost its no-op run a second.
-        let has_tools = !matches!(record.kind.as_str(), "command" | "group");
-        if has_tools && let Some(entry) = record.key.as_deref().and_then(|key| cache.get(key)) {
+        if let Some(entry) = record.key.as_deref().and_then(|key| cache.get(key)) {
             for (tool, version) in entry.fingerprint.tools {
                 tools.entry(tool).or_insert(version);
             }
@@ -223,17 +236,26 @@ pub fn write_run_report(
     for (file, sha) in device {
         build.push((format!("device held {file}"), format!("blake3 {sha}")));
     }
-    let nodes = manifest
-        .nodes
-        .iter()
-        .map(|(id, record)| ReportNode {
-            id: id.clone(),
-            kind: record.kind.clone(),
-            status: record.status,
-            seconds: record.seconds,
-            log: record.log.clone(),
-        })
-        .collect();
+    // A repeat's page names the run it repeated instead of listing every node again.
+    let repeats = manifest.repeats.as_ref().map(|run_id| RepeatedRun {
+        run_id: run_id.clone(),
+        nodes: manifest.nodes.len(),
+    });
+    let nodes = if repeats.is_some() {
+        Vec::new()
+    } else {
+        manifest
+            .nodes
+            .iter()
+            .map(|(id, record)| ReportNode {
+                id: id.clone(),
+                kind: record.kind.clone(),
+                status: record.status,
+                seconds: record.seconds,
+                log: record.log.clone(),
+            })
+            .collect()
+    };
     let report = Report {
         provenance: run_provenance(run_dir, manifest),
         title: format!("{} — run {}", manifest.pipeline, manifest.run_id),
@@ -242,6 +264,7 @@ pub fn write_run_report(
         expectations: summary.expectations.clone(),
         build,
         nodes,
+        repeats,
     };
     write_report(&report, &summary.path).map_err(|e| format!("{}: {e}", summary.path.display()))?;
     Ok(summary)

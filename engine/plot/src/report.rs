@@ -22,6 +22,16 @@ pub struct Report {
     /// Provenance rows: git commit, tool versions, image and partial hashes, testbed fields.
     pub build: Vec<(String, String)>,
     pub nodes: Vec<ReportNode>,
+    /// Set for a run that repeated another exactly: `nodes` is then empty, and the page names that run,
+    /// whose report lists them.
+    pub repeats: Option<RepeatedRun>,
+}
+
+/// The run a repeat served every node as, and how many nodes that is.
+#[derive(Debug, Clone)]
+pub struct RepeatedRun {
+    pub run_id: String,
+    pub nodes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -84,7 +94,10 @@ pub fn render_html(report: &Report) -> String {
     );
     push_tables(&mut page, &report.tables);
     push_build(&mut page, &report.build);
-    push_nodes(&mut page, &report.nodes);
+    match &report.repeats {
+        Some(repeated) => push_repeated(&mut page, repeated),
+        None => push_nodes(&mut page, &report.nodes),
+    }
     let _ = writeln!(
         page,
         "</main>\n<footer>{}</footer>\n</body>\n</html>",
@@ -361,6 +374,20 @@ fn status_word(status: NodeStatus) -> &'static str {
         NodeStatus::Failed => "failed",
         NodeStatus::Skipped => "skipped",
     }
+}
+
+/// A repeat's node section: one line instead of a row per node.
+fn push_repeated(page: &mut String, repeated: &RepeatedRun) {
+    page.push_str("<section id=\"nodes\">\n<h2>Nodes</h2>\n");
+    let run = escape(&repeated.run_id);
+    let _ = writeln!(
+        page,
+        "<p class=\"note\">{} nodes: 0 built, {} cached. This run repeated run <code>{run}</code> exactly (every node a cache hit under the key that run recorded); <a href=\"{}\">its report</a> lists the nodes.</p>",
+        repeated.nodes,
+        repeated.nodes,
+        link(&format!("../{}/report.html", repeated.run_id)),
+    );
+    page.push_str("</section>\n");
 }
 
 fn push_nodes(page: &mut String, nodes: &[ReportNode]) {

@@ -57,6 +57,12 @@ pub enum EventKind {
         node: String,
         reason: String,
     },
+    /// Journal only: stands for the `node_cached` events of a run that repeated run `run_id` exactly (see the
+    /// manifest's `repeats`): `nodes` nodes, every one a cache hit under the key that run recorded.
+    RunRepeated {
+        run_id: String,
+        nodes: usize,
+    },
     RunFinished {
         status: String,
         seconds: f64,
@@ -74,6 +80,7 @@ impl EventKind {
             | EventKind::NodeFailed { node, .. }
             | EventKind::NodeSkipped { node, .. } => Some(node),
             EventKind::RunStarted { .. }
+            | EventKind::RunRepeated { .. }
             | EventKind::RunFinished { .. }
             | EventKind::Warning { .. } => None,
         }

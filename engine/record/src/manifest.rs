@@ -99,7 +99,16 @@ pub struct RunManifest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished: Option<String>,
     pub status: RunStatus,
+    /// The run this one repeated exactly: every node a cache hit under the keys, outputs and metrics that run
+    /// recorded, and the same resolved parameters. Its own fields are then in `repeat.json` (without `params`
+    /// and `nodes`) and its `manifest.json` is a link to that run's; `core::run::read_manifest` takes the
+    /// params and nodes from there, each node `cached` (with the seconds that run recorded for it), so a no-op
+    /// writes a fixed number of bytes however large the pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<String>,
     /// Resolved parameters of every node, by node id.
+    #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
     pub nodes: BTreeMap<String, NodeRecord>,
 }

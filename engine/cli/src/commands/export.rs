@@ -66,6 +66,11 @@ pub fn run(project: &Project, args: &ExportArgs) -> Result<Exit> {
         serde_json::to_vec_pretty(value)
             .map_err(|e| Error::internal("writing the bundle's JSON", e))
     };
+    if info.manifest.repeats.is_some() {
+        let manifest = serde_json::to_vec_pretty(&info.manifest)
+            .map_err(|e| Error::internal("writing the bundle's manifest", e))?;
+        generated.push(("manifest.json".to_owned(), manifest));
+    }
     generated.push((
         "provenance.json".to_owned(),
         json(&provenance(project, &info, args.with_samples))?,
@@ -129,7 +134,10 @@ fn files_of(info: &RunInfo, with_samples: bool) -> Result<BTreeMap<String, PathB
         }
         Ok(())
     };
-    add("manifest.json".to_owned(), info.dir.join("manifest.json"))?;
+    // A repeat's file names the run it repeated, which the bundle does not hold: it gets the manifest as read.
+    if info.manifest.repeats.is_none() {
+        add("manifest.json".to_owned(), info.dir.join("manifest.json"))?;
+    }
     add(
         fracflow_executors::report::REPORT_FILE.to_owned(),
         info.dir.join(fracflow_executors::report::REPORT_FILE),

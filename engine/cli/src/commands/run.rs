@@ -89,7 +89,8 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     );
     let results = project.root.join("results");
     let mut run_dir = match &args.resume {
-        Some(dir) => RunDir::resume(dir).map_err(|e| Error::io("cannot resume the run", dir, e))?,
+        Some(dir) => RunDir::resume(dir, &loaded.graph)
+            .map_err(|e| Error::io("cannot resume the run", dir, e))?,
         None => {
             RunDir::create(&results, &loaded.pipeline.name, &meta, &loaded.graph).map_err(|e| {
                 Error::io(
@@ -195,8 +196,10 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
         eprintln!("report: {}", shown(&project.root, &report.path));
     }
     // The expanded pipeline and its graph (two copies of every node's spec) go with the process: freeing them
-    // spec by spec was a thirtieth of a 10 000-node no-op, for memory the process returns anyway.
+    // spec by spec was a thirtieth of a 10 000-node no-op, for memory the process returns anyway. So does the
+    // finished run's record (every node's), whose events were all appended by `finish`.
     std::mem::forget(loaded);
+    std::mem::forget(run_dir);
     Ok(match summary.status {
         RunStatus::Succeeded if !failed_expectations.is_empty() => Exit::ExpectationsFailed,
         RunStatus::Succeeded => Exit::Ok,

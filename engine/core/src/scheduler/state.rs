@@ -675,8 +675,7 @@ impl<'a> Run<'a> {
         let spec = self.graph.spec(index);
         let (key, output_hash, seconds) =
             (entry.key.clone(), entry.output_hash.clone(), entry.seconds);
-        self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
-        let record = self.run_dir.record_mut(&spec.id, &spec.kind);
+        let record = self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
         record.status = NodeStatus::Cached;
         record.seconds = Some(seconds);
         self.emit(EventKind::NodeCached {
@@ -828,6 +827,8 @@ impl<'a> Run<'a> {
             RunStatus::Interrupted => "interrupted",
             RunStatus::Running => "running",
         };
+        // Before the last event: a run that repeats another journals that instead of each hit.
+        self.run_dir.settle_views(self.engine.cache)?;
         self.emit(EventKind::RunFinished {
             status: status.to_owned(),
             seconds: self.started.elapsed().as_secs_f64(),
@@ -841,7 +842,7 @@ impl<'a> Run<'a> {
     /// Tells the observer and appends to `events.jsonl`.
     fn emit(&mut self, kind: EventKind) -> io::Result<()> {
         self.observer.event(&kind);
-        self.run_dir.event(kind).map(|_| ())
+        self.run_dir.event(kind)
     }
 }
 

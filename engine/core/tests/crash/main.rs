@@ -1,7 +1,8 @@
 //! Crash consistency of the cache and the run directory under power loss.
 //!
-//! A workload (two runs of a small graph with a node in between changed, concurrent `put`s of one key and of
-//! another, `gc`, and `latest` replaced) runs once on the real filesystem through a recording file layer.
+//! A workload (two runs of a small graph with a node in between changed, then a no-op that repeats the second,
+//! concurrent `put`s of one key and of another, `gc`, and `latest` replaced) runs once on the real filesystem
+//! through a recording file layer.
 //! Then, for every crash point (after each recorded operation) and every state the model in `model` says
 //! power loss may leave there, the state is written out and checked:
 //! - `cache verify` finds nothing corrupt: every entry parses, names its own key and blobs that exist, and
@@ -284,6 +285,11 @@ fn workload(top: &Path, files: &Files, reported: &mut Reported) -> BTreeMap<Stri
     let (status, second, executed) = run(top, files, &graph(40), reported);
     assert_eq!(status, RunStatus::Succeeded);
     assert_eq!(executed, ["d"], "only the changed node runs");
+    // A no-op repeats the second run: its manifest is a link to that run's, its views that run's.
+    let (status, third, executed) = run(top, files, &graph(40), reported);
+    assert_eq!(status, RunStatus::Succeeded);
+    assert!(executed.is_empty(), "{executed:?}");
+    assert_eq!(third.repeats.as_deref(), Some(second.run_id.as_str()));
     outputs(&top.join("results/crash").join(&second.run_id), &second)
         .expect("every node's output is in its run directory")
 }

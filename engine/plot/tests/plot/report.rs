@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fracflow_plot::report::{
-    MAX_TABLE_ROWS, Report, ReportFigure, ReportNode, ReportTable, render_html, write_report,
+    MAX_TABLE_ROWS, RepeatedRun, Report, ReportFigure, ReportNode, ReportTable, render_html,
+    write_report,
 };
 use fracflow_plot::{draw, figure_files};
 use fracflow_record::{Cell, ExpectationResult, NodeStatus, PaperComparison, Table, Verdict};
@@ -90,6 +91,7 @@ fn report(figures: Vec<ReportFigure>) -> Report {
                 log: None,
             },
         ],
+        repeats: None,
     }
 }
 
@@ -119,6 +121,24 @@ fn page_shows_provenance_verdicts_capped_tables_and_escapes_everything() {
         !html.contains("http://") && !html.contains("https://"),
         "the page must not reach the network"
     );
+}
+
+#[test]
+fn a_repeat_names_the_run_it_repeated_instead_of_a_row_per_node() {
+    let mut repeat = report(vec![figure("fig16")]);
+    repeat.nodes.clear();
+    repeat.repeats = Some(RepeatedRun {
+        run_id: "2026-01-01T000000".to_owned(),
+        nodes: 10_000,
+    });
+    let html = render_html(&repeat);
+    assert!(
+        html.contains("10000 nodes: 0 built, 10000 cached")
+            && html.contains("href=\"../2026-01-01T000000/report.html\""),
+        "{html}"
+    );
+    assert!(!html.contains("<th>node</th>"), "no node table: {html}");
+    assert!(html.contains("fig16"), "figures are still shown: {html}");
 }
 
 #[test]
