@@ -412,6 +412,7 @@ impl Cache {
             dev: entry_file.dev,
             ino: entry_file.ino,
             size: entry_file.size,
+            changed_ns: entry_file.changed_ns,
         };
         let hit = match self.index.get(key, identity) {
             Some(hit) => hit,

@@ -26,18 +26,21 @@ use crate::cache::Hit;
 use fracflow_record::{Files, Publish};
 
 /// The file's first value; any other makes the whole file a miss.
-const HEADER: &str = "fracflow hit index 2";
+const HEADER: &str = "fracflow hit index 3";
 
 /// The index's file before version 2 (JSON lines), removed when the index is next written.
 const FORMER_FILE: &str = "index.jsonl";
 
 /// Which file an entry was read from. Renames are how entries are published, and a rename never keeps the
-/// inode of the file it replaces.
+/// inode of the file it replaces. An inode number is reused once its file is gone, so the inode's change time
+/// is part of the identity too: an entry rewritten onto a reused inode of the same size (two runs of a key
+/// killed before the index was saved) is a new file with a new change time, not the recorded one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct EntryIdentity {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
+    pub changed_ns: i64,
 }
 
 impl EntryIdentity {
@@ -46,6 +49,10 @@ impl EntryIdentity {
             dev: metadata.dev(),
             ino: metadata.ino(),
             size: metadata.len(),
+            changed_ns: metadata
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(metadata.ctime_nsec()),
         }
     }
 }
@@ -204,6 +211,7 @@ mod tests {
         dev: 1,
         ino: 2,
         size: 3,
+        changed_ns: 4,
     };
 
     #[test]
@@ -216,6 +224,12 @@ mod tests {
         assert_eq!(reread.get("k1", ID), Some(hit("k1")));
         let replaced = EntryIdentity { ino: 9, ..ID };
         assert_eq!(reread.get("k1", replaced), None);
+        // Its inode number reused by a later entry file of the same size: another file.
+        let reused = EntryIdentity {
+            changed_ns: 5,
+            ..ID
+        };
+        assert_eq!(reread.get("k1", reused), None);
         assert_eq!(reread.get("k2", ID), None);
         Ok(())
     }

@@ -17,6 +17,8 @@ pub(crate) struct FileStat {
     pub ino: u64,
     pub size: u64,
     pub modified: SystemTime,
+    /// The inode's change time, in nanoseconds since the epoch.
+    pub changed_ns: i64,
     pub is_file: bool,
 }
 
@@ -64,6 +66,9 @@ impl StoreDir {
             ino: stat.st_ino as u64,
             size: u64::try_from(stat.st_size).unwrap_or(0),
             modified,
+            changed_ns: (stat.st_ctime as i64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(stat.st_ctime_nsec as i64),
             is_file: FileType::from_raw_mode(stat.st_mode as _) == FileType::RegularFile,
         })
     }
@@ -89,6 +94,10 @@ mod tests {
             (metadata.dev(), metadata.ino(), 5, true)
         );
         assert_eq!(stat.modified, metadata.modified()?);
+        assert_eq!(
+            stat.changed_ns,
+            metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec()
+        );
         assert!(store.stat("ab", "missing", ".json").is_none());
         assert!(
             store.stat("ab", "", "").is_some_and(|s| !s.is_file),
