@@ -207,13 +207,18 @@ fn read_holder(file: &mut File) -> Option<Holder> {
     serde_json::from_str(&text).ok()
 }
 
-/// This machine's name, as a waiting engine elsewhere will show it.
+/// This machine's name, as a waiting engine elsewhere will show it. Read once: every key lock records it, and
+/// a read of `/proc` per node was a file opened on a chain's critical path.
 pub(crate) fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown host".to_owned())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unknown host".to_owned())
+    })
+    .clone()
 }
 
 /// Why key locks on the filesystem holding `dir` may not exclude engines on other machines, if they may not.
