@@ -153,6 +153,11 @@ pub mod host {
 
     /// The project's git commit and whether its work tree has changes; None outside a git checkout.
     pub fn git_state(root: &Path) -> Option<GitState> {
+        // Outside a checkout there is nothing to ask: starting `git` only to hear so was a sixth of a
+        // 1 000-node no-op.
+        if !root.ancestors().any(|dir| dir.join(".git").exists()) {
+            return None;
+        }
         let commit = duct::cmd!("git", "rev-parse", "HEAD")
             .dir(root)
             .stderr_null()
@@ -169,9 +174,10 @@ pub mod host {
         })
     }
 
-    /// Run facts for a run of `variant` (None: the pipeline as written) started with `command` on `testbed`.
+    /// Run facts for a run of `variant` (None: the pipeline as written) started with `command` on `testbed`,
+    /// in a checkout whose state is `git` (see [`git_state`]).
     pub fn run_meta(
-        root: &Path,
+        git: Option<GitState>,
         command: Vec<String>,
         variant: Option<String>,
         testbed: &str,
@@ -184,7 +190,7 @@ pub mod host {
             testbed: testbed.to_owned(),
             variant,
             testbed_profile,
-            git: git_state(root),
+            git,
         }
     }
 

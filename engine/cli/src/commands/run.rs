@@ -43,6 +43,9 @@ fn parse_jobs(text: &str) -> std::result::Result<usize, String> {
 
 pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     let select = &args.select;
+    // `git status` walks the work tree: it runs while the pipeline loads instead of after.
+    let git_root = project.root.clone();
+    let git = std::thread::spawn(move || fracflow_executors::host::git_state(&git_root));
     let (loaded, targets) = project.load(select)?;
     let testbed = project.testbed()?;
     if let Some(dir) = &args.resume {
@@ -81,7 +84,7 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
             .map_err(|e| Error::internal("cannot watch for interrupts", e))?;
     }
     let meta = fracflow_executors::host::run_meta(
-        &project.root,
+        git.join().unwrap_or(None),
         command,
         select.variant(),
         &select.testbed,
