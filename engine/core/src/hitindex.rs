@@ -14,6 +14,7 @@
 //! of them loses is read from its entry the next time.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -63,9 +64,18 @@ struct Record {
     hit: Hit,
 }
 
+/// A key's place in the index as this process holds it.
+#[derive(Debug)]
+enum Slot {
+    Held(Record),
+    /// Its record was handed to a run (moved, not copied: a no-op takes every record once) and is still the
+    /// one in the file, whose copy `save` writes back.
+    Served(EntryIdentity),
+}
+
 #[derive(Debug, Default)]
 struct State {
-    records: HashMap<String, Record>,
+    records: HashMap<String, Slot>,
     /// Keys whose record changed or went away since the file was read.
     changed: HashMap<String, bool>,
 }
@@ -105,29 +115,41 @@ impl HitIndex {
         act(state)
     }
 
-    /// The record of `key`, if the index holds one taken from the entry file identified as `identity`.
+    /// The record of `key`, if the index holds one taken from the entry file identified as `identity`. Each
+    /// record is served once: asked again, the caller reads the entry.
     pub fn get(&self, key: &str, identity: EntryIdentity) -> Option<Hit> {
         self.with(|state| {
-            let record = state.records.get(key)?;
-            (record.entry == identity && record.hit.key == key).then(|| record.hit.clone())
+            let slot = state.records.get_mut(key)?;
+            let Slot::Held(record) = slot else {
+                return None;
+            };
+            if record.entry != identity || record.hit.key != key {
+                return None;
+            }
+            match std::mem::replace(slot, Slot::Served(identity)) {
+                Slot::Held(record) => Some(record.hit),
+                Slot::Served(_) => None,
+            }
         })
     }
 
     pub fn insert(&self, identity: EntryIdentity, hit: Hit) {
         self.with(|state| {
             let key = hit.key.clone();
-            let fresh = state
-                .records
-                .get(&key)
-                .is_none_or(|r| r.entry != identity || r.hit != hit);
+            // A served record read again from its unchanged entry file is the file's record still.
+            let fresh = match state.records.get(&key) {
+                None => true,
+                Some(Slot::Held(r)) => r.entry != identity || r.hit != hit,
+                Some(Slot::Served(served)) => *served != identity,
+            };
+            state.records.insert(
+                key.clone(),
+                Slot::Held(Record {
+                    entry: identity,
+                    hit,
+                }),
+            );
             if fresh {
-                state.records.insert(
-                    key.clone(),
-                    Record {
-                        entry: identity,
-                        hit,
-                    },
-                );
                 state.changed.insert(key, true);
             }
         });
@@ -154,7 +176,15 @@ impl HitIndex {
         }
         for (key, record) in read_records(&self.path) {
             if !state.changed.contains_key(&key) {
-                state.records.entry(key).or_insert(record);
+                match state.records.entry(key) {
+                    Entry::Vacant(vacant) => {
+                        vacant.insert(record);
+                    }
+                    Entry::Occupied(mut served) if matches!(served.get(), Slot::Served(_)) => {
+                        served.insert(record);
+                    }
+                    Entry::Occupied(_) => {}
+                }
             }
         }
         let mut bytes = Vec::with_capacity(state.records.len() * 300 + HEADER.len() + 1);
@@ -162,8 +192,12 @@ impl HitIndex {
         // Sorted, so the file is the same whatever order the keys were found in.
         let mut keys: Vec<&String> = state.records.keys().collect();
         keys.sort();
-        for record in keys.into_iter().filter_map(|key| state.records.get(key)) {
-            rmp_serde::encode::write_named(&mut bytes, record).map_err(io::Error::other)?;
+        // A served record the file no longer holds (another engine dropped it) is left out: its entry is read
+        // next time.
+        for slot in keys.into_iter().filter_map(|key| state.records.get(key)) {
+            if let Slot::Held(record) = slot {
+                rmp_serde::encode::write_named(&mut bytes, record).map_err(io::Error::other)?;
+            }
         }
         files.publish(&self.path, &bytes, Publish::Unsynced)?;
         state.changed.clear();
@@ -176,7 +210,7 @@ impl HitIndex {
 
 /// The records of the index file; nothing for a missing file or another format, and none from the first
 /// record that does not parse on (a torn write after power loss).
-fn read_records(path: &Path) -> HashMap<String, Record> {
+fn read_records(path: &Path) -> HashMap<String, Slot> {
     let mut records = HashMap::new();
     let Ok(bytes) = fs::read(path) else {
         return records;
@@ -186,7 +220,7 @@ fn read_records(path: &Path) -> HashMap<String, Record> {
         return records;
     }
     while let Ok(record) = Record::deserialize(&mut values) {
-        records.insert(record.hit.key.clone(), record);
+        records.insert(record.hit.key.clone(), Slot::Held(record));
     }
     records
 }
@@ -257,6 +291,32 @@ mod tests {
         let mut foreign = Vec::new();
         rmp_serde::encode::write_named(&mut foreign, "another index").map_err(io::Error::other)?;
         fs::write(index.path(), &foreign)?;
+        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_served_record_is_served_once_and_stays_in_the_file() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let index = HitIndex::new(dir.path());
+        index.insert(ID, hit("k1"));
+        index.insert(ID, hit("k2"));
+        index.save(&Files::real())?;
+        let reread = HitIndex::new(dir.path());
+        assert_eq!(reread.get("k1", ID), Some(hit("k1")));
+        assert_eq!(reread.get("k1", ID), None, "moved out, not copied");
+        // Read again from its unchanged entry, it is no change; another key's change saves the file with it.
+        reread.insert(ID, hit("k1"));
+        assert_eq!(reread.get("k2", ID), Some(hit("k2")));
+        reread.insert(ID, hit("k3"));
+        reread.save(&Files::real())?;
+        let after = HitIndex::new(dir.path());
+        for key in ["k1", "k2", "k3"] {
+            assert_eq!(after.get(key, ID), Some(hit(key)), "{key}");
+        }
+        // A served key whose entry went away is dropped from the file.
+        after.remove("k1");
+        after.save(&Files::real())?;
         assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
         Ok(())
     }

@@ -13,6 +13,7 @@ use fracflow_record::{
 
 use crate::cache::{Cache, Hit, Staged};
 use crate::graph::Graph;
+use crate::spec::NodeSpec;
 
 /// While nodes run, the manifest is rewritten at most this often; `events.jsonl` is appended for every node.
 const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
@@ -134,13 +135,8 @@ pub struct RunDir {
 impl RunDir {
     /// Creates `results/<pipeline>/<run-id>/` (a fresh id) and points its variant's and testbed's `latest` link
     /// ([`latest_link`]) at it.
-    pub fn create(
-        results: &Path,
-        pipeline: &str,
-        meta: &RunMeta,
-        graph: &Graph,
-    ) -> io::Result<RunDir> {
-        RunDir::create_with(Files::real(), results, pipeline, meta, graph)
+    pub fn create(results: &Path, pipeline: &str, meta: &RunMeta) -> io::Result<RunDir> {
+        RunDir::create_with(Files::real(), results, pipeline, meta)
     }
 
     /// [`RunDir::create`], changing files through `files` (a test's recording layer).
@@ -149,7 +145,6 @@ impl RunDir {
         results: &Path,
         pipeline: &str,
         meta: &RunMeta,
-        graph: &Graph,
     ) -> io::Result<RunDir> {
         let base = results.join(pipeline);
         files.create_dir_all(&base)?;
@@ -186,7 +181,9 @@ impl RunDir {
             finished: None,
             status: RunStatus::Running,
             repeats: None,
-            params: params_of(graph),
+            // Filled when a whole manifest is first written (`fill_params`): a no-op that repeats the previous
+            // run never writes one, and building every node's params was a sixth of its memory.
+            params: BTreeMap::new(),
             nodes: BTreeMap::new(),
         };
         let mut run = RunDir::with_manifest(files, dir, manifest)?;
@@ -371,12 +368,12 @@ impl RunDir {
     /// `logs/` are one link each to that run's, and its manifest and journal name that run instead of listing
     /// every node, so a no-op writes a fixed number of files of a fixed size. Otherwise each view is linked
     /// from the cache.
-    pub fn settle_views(&mut self, cache: &Cache) -> io::Result<()> {
+    pub fn settle_views(&mut self, cache: &Cache, graph: &Graph) -> io::Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
         }
         if self.deferred.len() == self.manifest.nodes.len()
-            && let Some(base) = self.repeat_previous()
+            && let Some(base) = self.repeat_previous(graph)
         {
             self.manifest.repeats = Some(base);
             self.deferred.clear();
@@ -392,7 +389,7 @@ impl RunDir {
     /// order, and its params. Only a run whose every node was built or served has one, in `views.digest`; a
     /// run whose digest equals another's can be read as that run, each node cached. Hashed as one buffer:
     /// thousands of small hasher updates cost a tenth of a no-op.
-    fn views_digest(&self) -> io::Result<String> {
+    fn views_digest(&self, graph: &Graph) -> io::Result<String> {
         let mut text = Vec::with_capacity(self.manifest.nodes.len() * 192);
         fn field(text: &mut Vec<u8>, bytes: &[u8]) {
             text.extend_from_slice(bytes);
@@ -411,18 +408,22 @@ impl RunDir {
             }
             text.push(1);
         }
-        // A keyed node's params (its point and config) are part of its key, whose fingerprint holds both
-        // whole, so its id says enough; a node without a key here (outside the run's targets) is hashed whole.
-        // Both maps are in id order: one pass over each.
+        // Then every node of the pipeline with its params. A keyed node's params (its point and config) are part
+        // of its key, whose fingerprint holds both whole, so its id says enough; a node without a key here
+        // (outside the run's targets) is hashed whole. Both in id order: one pass over each.
+        let mut specs: Vec<&NodeSpec> =
+            graph.topological().iter().map(|&i| graph.spec(i)).collect();
+        specs.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         let mut records = self.manifest.nodes.iter().peekable();
-        for (node, params) in &self.manifest.params {
+        for spec in specs {
+            let node = &spec.id;
             field(&mut text, node.as_bytes());
             while records.next_if(|(id, _)| *id < node).is_some() {}
             let keyed = records
                 .next_if(|(id, _)| *id == node)
                 .is_some_and(|(_, record)| record.key.is_some());
             if !keyed {
-                serde_json::to_writer(&mut text, params).map_err(io::Error::other)?;
+                serde_json::to_writer(&mut text, &params_value(spec)).map_err(io::Error::other)?;
             }
             text.push(2);
         }
@@ -431,7 +432,7 @@ impl RunDir {
 
     /// The id of the run that made the previous run's views, with `nodes/` and `logs/` linked to its, when its
     /// `views.digest` equals this run's.
-    fn repeat_previous(&self) -> Option<String> {
+    fn repeat_previous(&self, graph: &Graph) -> Option<String> {
         let previous = self.previous.as_ref()?;
         // The run that made the views: the previous run itself, or the run it repeated.
         let nodes = fs::canonicalize(previous.join("nodes")).ok()?;
@@ -448,7 +449,7 @@ impl RunDir {
         }
         let base_id = base.file_name()?.to_str()?.to_owned();
         let theirs = fs::read_to_string(base.join(VIEWS_DIGEST)).ok()?;
-        if self.views_digest().ok()? != theirs || self.dir.join("nodes").exists() {
+        if self.views_digest(graph).ok()? != theirs || self.dir.join("nodes").exists() {
             return None;
         }
         let run = Path::new("..").join(&base_id);
@@ -475,7 +476,7 @@ impl RunDir {
     /// The manifest as it stands, when its last write is old enough: `ran` (a node finished or failed) at most
     /// every `MANIFEST_INTERVAL`, a cache hit at most every `HITS_MANIFEST_INTERVAL`. The caller writes it
     /// ([`Checkpoint::write`]) off the scheduler's thread, since the write syncs.
-    pub fn checkpoint(&mut self, ran: bool) -> io::Result<Option<Checkpoint>> {
+    pub fn checkpoint(&mut self, ran: bool, graph: &Graph) -> io::Result<Option<Checkpoint>> {
         let interval = if ran {
             MANIFEST_INTERVAL
         } else {
@@ -485,11 +486,19 @@ impl RunDir {
             return Ok(None);
         }
         self.last_manifest_write = Instant::now();
+        self.fill_params(graph);
         Ok(Some(Checkpoint {
             files: self.files.clone(),
             path: self.dir.join(MANIFEST_FILE),
             bytes: self.manifest_bytes(ManifestForm::Whole)?,
         }))
+    }
+
+    /// Records every node's params, once, before the first whole manifest is written.
+    fn fill_params(&mut self, graph: &Graph) {
+        if self.manifest.params.is_empty() {
+            self.manifest.params = params_of(graph);
+        }
     }
 
     /// Writes the manifest durably. A repeat's own fields go to `repeat.json` and `manifest.json` becomes a
@@ -537,8 +546,8 @@ impl RunDir {
 
     /// Makes the deferred views, records the final status and writes the manifest one last time; saves the
     /// cache's hit index for the next run.
-    pub fn finish(&mut self, cache: &Cache, status: RunStatus) -> io::Result<()> {
-        self.settle_views(cache)?;
+    pub fn finish(&mut self, cache: &Cache, status: RunStatus, graph: &Graph) -> io::Result<()> {
+        self.settle_views(cache, graph)?;
         for record in self.manifest.nodes.values_mut() {
             if matches!(record.status, NodeStatus::Pending | NodeStatus::Running) {
                 record.status = NodeStatus::Skipped;
@@ -548,6 +557,9 @@ impl RunDir {
         self.manifest.finished = Some(now_rfc3339());
         self.flush_events()?;
         self.events.sync()?;
+        if self.manifest.repeats.is_none() {
+            self.fill_params(graph);
+        }
         self.write_manifest()?;
         let complete = self.manifest.nodes.values().all(|record| {
             matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
@@ -561,7 +573,7 @@ impl RunDir {
             self.files.sync_fs(&self.dir)?;
             self.files.publish(
                 &self.dir.join(VIEWS_DIGEST),
-                self.views_digest()?.as_bytes(),
+                self.views_digest(graph)?.as_bytes(),
                 Publish::Unsynced,
             )?;
         }
@@ -648,12 +660,14 @@ fn params_of(graph: &Graph) -> BTreeMap<String, serde_json::Value> {
         .iter()
         .map(|&i| {
             let spec = graph.spec(i);
-            (
-                spec.id.clone(),
-                serde_json::json!({"point": spec.point, "config": spec.config}),
-            )
+            (spec.id.clone(), params_value(spec))
         })
         .collect()
+}
+
+/// What the manifest records as a node's params.
+fn params_value(spec: &NodeSpec) -> serde_json::Value {
+    serde_json::json!({"point": spec.point, "config": spec.config})
 }
 
 /// The testbed whose runs own the plain `latest` link (the CLI's default `--testbed`).

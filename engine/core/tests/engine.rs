@@ -120,8 +120,7 @@ fn run_with(
         testbed_profile: serde_json::Value::Null,
         git: None,
     };
-    let mut run_dir =
-        RunDir::create(&root.join("results"), "test", &meta, &graph).expect("run dir");
+    let mut run_dir = RunDir::create(&root.join("results"), "test", &meta).expect("run dir");
     let options = RunOptions {
         jobs,
         keep_going: false,
@@ -553,8 +552,7 @@ fn two_engines_on_one_cache_build_each_key_once() {
             testbed_profile: serde_json::Value::Null,
             git: None,
         };
-        let mut run_dir =
-            RunDir::create(&root.join(results), "test", &meta, &graph).expect("run dir");
+        let mut run_dir = RunDir::create(&root.join(results), "test", &meta).expect("run dir");
         let options = RunOptions {
             jobs: 2,
             keep_going: false,

@@ -320,8 +320,7 @@ fn plan_then_run(
         testbed_profile: serde_json::Value::Null,
         git: None,
     };
-    let mut run_dir =
-        RunDir::create(&root.join("results"), "test", &meta, &graph).expect("run dir");
+    let mut run_dir = RunDir::create(&root.join("results"), "test", &meta).expect("run dir");
     let summary = fracflow_core::scheduler::run(
         engine,
         &graph,

@@ -94,15 +94,13 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     let mut run_dir = match &args.resume {
         Some(dir) => RunDir::resume(dir, &loaded.graph)
             .map_err(|e| Error::io("cannot resume the run", dir, e))?,
-        None => {
-            RunDir::create(&results, &loaded.pipeline.name, &meta, &loaded.graph).map_err(|e| {
-                Error::io(
-                    "cannot create the run directory under",
-                    &results.join(&loaded.pipeline.name),
-                    e,
-                )
-            })?
-        }
+        None => RunDir::create(&results, &loaded.pipeline.name, &meta).map_err(|e| {
+            Error::io(
+                "cannot create the run directory under",
+                &results.join(&loaded.pipeline.name),
+                e,
+            )
+        })?,
     };
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()

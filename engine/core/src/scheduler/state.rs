@@ -44,7 +44,8 @@ const UNNAMED_HOLDER_GRACE: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a finished node before looking at the rest again.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Where a node of the run is.
+/// Where a node of the run is. A queued node is boxed: its fingerprint is hundreds of bytes, and every node of
+/// a 10 000-node run has a state.
 #[derive(Debug)]
 enum State {
     /// Waiting for this many dependencies to contribute to its key.
@@ -52,9 +53,9 @@ enum State {
     /// Every dependency's contribution is known: its key is computed next.
     Ready,
     /// A lazy effect whose key is known and that no node has needed yet.
-    Deferred(Queued),
+    Deferred(Box<Queued>),
     /// It executes: waiting for cores, its device or host, its lazy effects, or another engine's lock.
-    Queued(Queued),
+    Queued(Box<Queued>),
     Running,
     /// Built: its outputs are staged and its dependents may start on them; its entry is being committed.
     Committing,
@@ -351,7 +352,7 @@ impl<'a> Run<'a> {
             Need::Hit(entry) | Need::Remote(entry) => self.use_cached(index, *entry),
             Need::IfNeeded => {
                 self.states
-                    .insert(index, State::Deferred(Queued::new(keyed, forced)));
+                    .insert(index, State::Deferred(Box::new(Queued::new(keyed, forced))));
                 self.contribution_known(index);
                 Ok(())
             }
@@ -359,7 +360,7 @@ impl<'a> Run<'a> {
                 if lazy {
                     self.contribution_known(index);
                 }
-                self.enqueue(index, Queued::new(keyed, forced));
+                self.enqueue(index, Box::new(Queued::new(keyed, forced)));
                 Ok(())
             }
         }
@@ -367,7 +368,7 @@ impl<'a> Run<'a> {
 
     /// Queues `index`, and with it every lazy effect it depends on that has not run yet (and theirs:
     /// program → reboot → driver), each waiting for those before it.
-    fn enqueue(&mut self, index: NodeIndex, queued: Queued) {
+    fn enqueue(&mut self, index: NodeIndex, queued: Box<Queued>) {
         let mut stack = vec![(index, queued)];
         while let Some((node, mut queued)) = stack.pop() {
             for dependency in self.graph.dependencies(node) {
@@ -444,7 +445,7 @@ impl<'a> Run<'a> {
                 self.use_cached(index, entry)?;
                 continue;
             }
-            spawn(self.started_node(index, queued, key_lock)?);
+            spawn(self.started_node(index, *queued, key_lock)?);
         }
         Ok(())
     }
@@ -567,10 +568,10 @@ impl<'a> Run<'a> {
             .queue
             .iter()
             .filter_map(|(_, index)| match self.states.get(index) {
-                Some(State::Queued(Queued {
-                    blocked: Some(blocked),
-                    ..
-                })) => Some(blocked.retry_at.saturating_duration_since(now)),
+                Some(State::Queued(queued)) => queued
+                    .blocked
+                    .as_ref()
+                    .map(|blocked| blocked.retry_at.saturating_duration_since(now)),
                 _ => None,
             })
             .min()
@@ -628,7 +629,7 @@ impl<'a> Run<'a> {
 
     /// Hands the manifest to the committer when it is due for a rewrite (see [`RunDir::checkpoint`]).
     fn checkpoint(&mut self, ran: bool) -> io::Result<()> {
-        match self.run_dir.checkpoint(ran)? {
+        match self.run_dir.checkpoint(ran, self.graph)? {
             Some(checkpoint) => self.hand_to_committer(Work::Manifest(checkpoint)),
             None => Ok(()),
         }
@@ -828,14 +829,14 @@ impl<'a> Run<'a> {
             RunStatus::Running => "running",
         };
         // Before the last event: a run that repeats another journals that instead of each hit.
-        self.run_dir.settle_views(self.engine.cache)?;
+        self.run_dir.settle_views(self.engine.cache, self.graph)?;
         self.emit(EventKind::RunFinished {
             status: status.to_owned(),
             seconds: self.started.elapsed().as_secs_f64(),
         })?;
         self.engine.stat.save()?;
         self.run_dir
-            .finish(self.engine.cache, self.summary.status)?;
+            .finish(self.engine.cache, self.summary.status, self.graph)?;
         Ok(self.summary.clone())
     }
 

@@ -207,9 +207,8 @@ fn run(
         testbed_profile: serde_json::Value::Null,
         git: None,
     };
-    let mut run_dir =
-        RunDir::create_with(files.clone(), &top.join("results"), "crash", &meta, &graph)
-            .expect("the run directory is made");
+    let mut run_dir = RunDir::create_with(files.clone(), &top.join("results"), "crash", &meta)
+        .expect("the run directory is made");
     let options = RunOptions {
         jobs: 2,
         keep_going: false,
