@@ -393,9 +393,7 @@ impl Cache {
     fn blobs_exist(&self, outputs: &BTreeMap<String, BlobRef>, log: Option<&BlobRef>) -> bool {
         outputs.values().chain(log).all(|b| {
             let (head, tail) = split(&b.hash);
-            self.blob_store
-                .stat(head, tail, "")
-                .is_some_and(|stat| stat.is_file)
+            self.blob_store.holds_file(head, tail)
         })
     }
 

@@ -1,11 +1,14 @@
 //! Stats of the cache's entry and blob files through a handle on their store's directory, opened once. A no-op
 //! stats an entry and a blob per node, and resolving every component of their absolute paths
 //! (`<project>/.fracflow/cache/entries/ab/<key>.json`) again for each was a tenth of its time, spent in the
-//! kernel's path walk; relative to the store, two components are left.
+//! kernel's path walk; relative to the store, two components are left. Whether a blob exists is answered from a
+//! listing of its shard once a run asks about that shard again ([`StoreDir::holds_file`]): a 10 000-node no-op
+//! checks 10 000 blobs in 256 shards.
 
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -28,6 +31,8 @@ pub(crate) struct StoreDir {
     path: PathBuf,
     /// Opened on the first stat; `None` when it cannot be (the absolute path is used then).
     handle: OnceLock<Option<OwnedFd>>,
+    /// Per shard: asked about once (`None`), or the regular files its listing held.
+    shards: Mutex<HashMap<String, Option<HashSet<String>>>>,
 }
 
 impl StoreDir {
@@ -35,7 +40,43 @@ impl StoreDir {
         StoreDir {
             path,
             handle: OnceLock::new(),
+            shards: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `<store>/<head>/<name>` is a regular file (links followed). A name the shard's listing holds
+    /// exists: files leave the store only by `cache gc`, which a run keeps away. Any other name is stat'ed,
+    /// since it may have arrived after the listing (or be a link).
+    pub fn holds_file(&self, head: &str, name: &str) -> bool {
+        let listed = {
+            let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+            match shards.get_mut(head) {
+                None => {
+                    shards.insert(head.to_owned(), None);
+                    false
+                }
+                Some(listing) => listing
+                    .get_or_insert_with(|| self.regular_files(head))
+                    .contains(name),
+            }
+        };
+        listed || self.stat(head, name, "").is_some_and(|stat| stat.is_file)
+    }
+
+    /// The names of the regular files in shard `head`; none when it cannot be listed.
+    fn regular_files(&self, head: &str) -> HashSet<String> {
+        let mut names = HashSet::new();
+        let Ok(entries) = std::fs::read_dir(self.path.join(head)) else {
+            return names;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file())
+                && let Ok(name) = entry.file_name().into_string()
+            {
+                names.insert(name);
+            }
+        }
+        names
     }
 
     /// The metadata of `<store>/<head>/<name><suffix>`, links followed as `fs::metadata` follows them; `None`
@@ -103,6 +144,28 @@ mod tests {
             store.stat("ab", "", "").is_some_and(|s| !s.is_file),
             "a folder is not a file"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_listed_shard_answers_as_a_stat_would() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("ab/sub"))?;
+        std::fs::write(dir.path().join("ab/one"), b"1")?;
+        let store = StoreDir::new(dir.path().to_owned());
+        // The first question stats; the second lists the shard.
+        assert!(store.holds_file("ab", "one"));
+        assert!(store.holds_file("ab", "one"));
+        assert!(!store.holds_file("ab", "sub"), "a folder is not a file");
+        assert!(!store.holds_file("ab", "two"));
+        // A file that arrived after the listing is found by its stat.
+        std::fs::write(dir.path().join("ab/two"), b"2")?;
+        assert!(store.holds_file("ab", "two"));
+        assert!(
+            !store.holds_file("cd", "one"),
+            "a missing shard holds nothing"
+        );
+        assert!(!store.holds_file("cd", "one"));
         Ok(())
     }
 }
