@@ -4,7 +4,8 @@
 # layered diamond (each node on two of the previous layer) and a sweep (one node over a √N × √N sweep and an
 # aggregator). Every node writes its own distinct output, as real nodes do. Prints seconds and the ratio to
 # ninja. Snakemake runs only up to SNAKEMAKE_MAX nodes (default 1000): above that it does not finish within
-# this bench's time, and the output says it was left out.
+# this bench's time, and the output says it was left out. A first run is timed once; no-op and plan, which
+# take milliseconds on a machine whose noise is milliseconds too, are the median of REPEATS runs (default 5).
 # Usage: bench/engine_vs_peers.sh [NODES] [SHAPES...]   (default 10000, all shapes)
 set -euo pipefail
 nodes=${1:-10000}
@@ -12,6 +13,7 @@ shift || true
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(chain fanin diamond sweep)
 snakemake_max=${SNAKEMAKE_MAX:-1000}
+repeats=${REPEATS:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
 venv=${SNAKEMAKE_VENV:-$repo/target/bench-venv}
@@ -33,6 +35,16 @@ timed() {
   else
     printf failed
   fi
+}
+# The median of `timed` over $repeats runs of the command; `failed` if any run failed.
+median_of() {
+  local runs=() t
+  for ((i = 0; i < repeats; i++)); do
+    t=$(timed "$@")
+    [ "$t" = failed ] && { printf failed; return; }
+    runs+=("$t")
+  done
+  printf '%s\n' "${runs[@]}" | sort -g | awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b + 0 == b) printf "%.1fx", b / a; else printf "-" }'; }
 
@@ -80,7 +92,7 @@ print(n)
 PY
 }
 
-printf 'nodes=%s; seconds, one run each, this machine; ratios are to ninja in the same run\n' "$nodes"
+printf 'nodes=%s; seconds on this machine (first run: one; no-op and plan: median of %s); ratios are to ninja in the same run\n' "$nodes" "$repeats"
 printf '%-8s %-6s %9s %9s %7s %10s %7s\n' shape phase ninja fracflow ratio snakemake ratio
 for shape in "${shapes[@]}"; do
   dir=$work/$shape
@@ -90,12 +102,14 @@ for shape in "${shapes[@]}"; do
   export FRACFLOW_ROOT=$dir/fracflow FRACFLOW_LOCK_DIR=$dir/fracflow/locks
   declare -A n f s
   cd "$dir/ninja"
-  n[first]=$(timed ninja -j2); n[noop]=$(timed ninja -j2); n[plan]=$(timed ninja -n -j2)
+  n[first]=$(timed ninja -j2); n[noop]=$(median_of ninja -j2); n[plan]=$(median_of ninja -n -j2)
   cd "$dir/fracflow"
-  f[first]=$(timed "$fracflow" run bench --jobs 2); f[noop]=$(timed "$fracflow" run bench --jobs 2); f[plan]=$(timed "$fracflow" plan bench)
+  f[first]=$(timed "$fracflow" run bench --jobs 2); f[noop]=$(median_of "$fracflow" run bench --jobs 2)
+  f[plan]=$(median_of "$fracflow" plan bench)
   if [ "$count" -le "$snakemake_max" ] && [ -x "$venv/bin/snakemake" ]; then
     cd "$dir/snakemake"
-    s[first]=$(timed "$venv/bin/snakemake" -c2 -q); s[noop]=$(timed "$venv/bin/snakemake" -c2 -q); s[plan]=$(timed "$venv/bin/snakemake" -n -c2 -q)
+    s[first]=$(timed "$venv/bin/snakemake" -c2 -q); s[noop]=$(median_of "$venv/bin/snakemake" -c2 -q)
+    s[plan]=$(median_of "$venv/bin/snakemake" -n -c2 -q)
   else
     s[first]=-; s[noop]=-; s[plan]=-
   fi
