@@ -26,7 +26,7 @@ use std::time::Instant;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, aggregate};
 use fracflow_client::Sample;
-use fracflow_record::by_thread::{SampleRow, write_samples_by_thread};
+use fracflow_record::by_thread::write_samples_by_thread;
 use fracflow_record::samples::samples_schema;
 use fracflow_record::{SAMPLES_FILE, SampleColumn};
 use parquet::arrow::ArrowWriter;
@@ -236,15 +236,7 @@ fn write_costs(dir: &Path, rows_per_point: u64) -> BenchResult<String> {
     let (parquet, sidecar) = (dir.join("timing.parquet"), dir.join("timing.by-thread"));
     let before = median_of_three(&|| parquet_only(&parquet, &samples))?;
     let alone = median_of_three(&|| {
-        write_samples_by_thread(&sidecar, &parquet, &samples, |s| SampleRow {
-            thread: s.thread,
-            seq: s.seq,
-            t_send_ns: s.t_send_ns,
-            latency_ns: s.latency_ns,
-            latency_last_piece_ns: s.latency_last_piece_ns,
-            slot: u32::from(s.slot),
-            request_bytes: s.request_bytes,
-        })?;
+        write_samples_by_thread(&sidecar, &parquet, &samples, Sample::by_thread_row)?;
         Ok(())
     })?;
     let after =

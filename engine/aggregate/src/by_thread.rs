@@ -11,7 +11,7 @@ use fracflow_record::by_thread::{ByThreadError, SamplesByThread};
 use rayon::prelude::*;
 
 use crate::quantile::HdrAccumulator;
-use crate::samples::{GroupKey, GroupLatencies, SampleQuery, trace_group};
+use crate::samples::{GroupKey, GroupLatencies, SampleQuery, merge_hdr_groups, trace_group};
 use crate::spec::Cuts;
 
 /// Rows read at once on the histogram path, per thread.
@@ -225,28 +225,7 @@ fn read_hdr(
             Ok(groups)
         })
         .collect::<Result<_, ByThreadError>>()?;
-    let mut merged: BTreeMap<GroupKey, HdrAccumulator> = BTreeMap::new();
-    for groups in per_thread {
-        for (key, accumulator) in groups {
-            merged
-                .entry(key)
-                .or_insert_with(HdrAccumulator::new)
-                .merge(&accumulator);
-        }
-    }
-    if merged.is_empty() && query.trace_piece.is_none() {
-        merged.insert(
-            GroupKey {
-                slot: 0,
-                fragments: 0,
-            },
-            HdrAccumulator::new(),
-        );
-    }
-    Ok(merged
-        .into_iter()
-        .map(|(key, accumulator)| (key, GroupLatencies::Hdr(accumulator)))
-        .collect())
+    Ok(merge_hdr_groups(per_thread, query))
 }
 
 /// One point's kept latencies by block of `block_ns` of send time, as [`crate::samples::read_blocks`] returns

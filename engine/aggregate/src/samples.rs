@@ -709,29 +709,39 @@ impl SamplesFile {
                 Ok(groups)
             })
             .collect::<Result<_, AggregateError>>()?;
-        let mut merged: BTreeMap<GroupKey, HdrAccumulator> = BTreeMap::new();
-        for groups in per_chunk {
-            for (key, accumulator) in groups {
-                merged
-                    .entry(key)
-                    .or_insert_with(HdrAccumulator::new)
-                    .merge(&accumulator);
-            }
-        }
-        if merged.is_empty() && query.trace_piece.is_none() {
-            merged.insert(
-                GroupKey {
-                    slot: 0,
-                    fragments: 0,
-                },
-                HdrAccumulator::new(),
-            );
-        }
-        Ok(merged
-            .into_iter()
-            .map(|(key, accumulator)| (key, GroupLatencies::Hdr(accumulator)))
-            .collect())
+        Ok(merge_hdr_groups(per_chunk, query))
     }
+}
+
+/// The histograms of each group, merged over the parts (chunks or threads) read in parallel. A point with no
+/// kept sample still has its one group, empty, unless groups are trace pieces (a piece without samples is
+/// left out).
+pub(crate) fn merge_hdr_groups(
+    parts: Vec<BTreeMap<GroupKey, HdrAccumulator>>,
+    query: &SampleQuery,
+) -> Vec<(GroupKey, GroupLatencies)> {
+    let mut merged: BTreeMap<GroupKey, HdrAccumulator> = BTreeMap::new();
+    for groups in parts {
+        for (key, accumulator) in groups {
+            merged
+                .entry(key)
+                .or_insert_with(HdrAccumulator::new)
+                .merge(&accumulator);
+        }
+    }
+    if merged.is_empty() && query.trace_piece.is_none() {
+        merged.insert(
+            GroupKey {
+                slot: 0,
+                fragments: 0,
+            },
+            HdrAccumulator::new(),
+        );
+    }
+    merged
+        .into_iter()
+        .map(|(key, accumulator)| (key, GroupLatencies::Hdr(accumulator)))
+        .collect()
 }
 
 pub(crate) fn trace_group(slot: u32, request_bytes: u32, piece: u32) -> GroupKey {

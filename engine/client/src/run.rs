@@ -40,6 +40,21 @@ pub struct Sample {
     pub response_bytes: u32,
 }
 
+impl Sample {
+    /// What the `samples.by-thread` sidecar keeps of this request.
+    pub fn by_thread_row(&self) -> fracflow_record::by_thread::SampleRow {
+        fracflow_record::by_thread::SampleRow {
+            thread: self.thread,
+            seq: self.seq,
+            t_send_ns: self.t_send_ns,
+            latency_ns: self.latency_ns,
+            latency_last_piece_ns: self.latency_last_piece_ns,
+            slot: u32::from(self.slot),
+            request_bytes: self.request_bytes,
+        }
+    }
+}
+
 /// Receives results while a run is going on (called on the caller's thread).
 pub trait Observer {
     /// Before the first second.

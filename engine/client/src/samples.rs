@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
-use fracflow_record::by_thread::{self, SampleRow, sidecar_path};
+use fracflow_record::by_thread::{self, sidecar_path};
 use fracflow_record::samples::samples_schema;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -40,17 +40,7 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
     // The sidecar's data is written on a second thread while the Parquet file is compressed, so that it adds
     // little to the end of a point; its directory names the Parquet file, so it is finished last.
     std::thread::scope(|scope| {
-        let pending = scope.spawn(|| {
-            by_thread::begin(&sidecar, samples, |s| SampleRow {
-                thread: s.thread,
-                seq: s.seq,
-                t_send_ns: s.t_send_ns,
-                latency_ns: s.latency_ns,
-                latency_last_piece_ns: s.latency_last_piece_ns,
-                slot: u32::from(s.slot),
-                request_bytes: s.request_bytes,
-            })
-        });
+        let pending = scope.spawn(|| by_thread::begin(&sidecar, samples, Sample::by_thread_row));
         write_parquet(path, samples)?;
         let pending = pending
             .join()

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, Table, aggregate};
 use fracflow_record::by_thread::{
-    Directory, STORED_COLUMNS, SampleRow, SamplesByThread, page_checksum, write_samples_by_thread,
+    Directory, STORED_COLUMNS, SamplesByThread, page_checksum, write_samples_by_thread,
 };
 use fracflow_record::{SAMPLES_BY_THREAD_FILE, SAMPLES_FILE};
 
@@ -135,15 +135,7 @@ pub fn by_thread_sidecar() -> Option<Vec<u8>> {
         &path,
         &without.join(SAMPLES_FILE),
         &by_thread_samples(),
-        |s| SampleRow {
-            thread: s.thread,
-            seq: s.seq,
-            t_send_ns: s.t_send_ns,
-            latency_ns: s.latency_ns,
-            latency_last_piece_ns: s.latency_last_piece_ns,
-            slot: u32::from(s.slot),
-            request_bytes: s.request_bytes,
-        },
+        fracflow_client::Sample::by_thread_row,
     )
     .ok()?;
     std::fs::read(path).ok()
