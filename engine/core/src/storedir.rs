@@ -2,8 +2,8 @@
 //! stats an entry and a blob per node, and resolving every component of their absolute paths
 //! (`<project>/.fracflow/cache/entries/ab/<key>.json`) again for each was a tenth of its time, spent in the
 //! kernel's path walk; relative to the store, two components are left. Whether a blob exists is answered from a
-//! listing of its shard once a run asks about that shard again ([`StoreDir::holds_file`]): a 10 000-node no-op
-//! checks 10 000 blobs in 256 shards.
+//! listing of its shard once a run asks about that shard again, for shards of up to 1 024 files
+//! ([`StoreDir::holds_file`]): a 10 000-node no-op checks 10 000 blobs in 256 shards.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
@@ -12,6 +12,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// A shard listed for [`StoreDir::holds_file`] holds at most this many names; a larger one is left to stats.
+const MAX_LISTED: usize = 1024;
 
 /// What a lookup reads of a file's metadata.
 #[derive(Debug, Clone, Copy)]
@@ -63,13 +66,18 @@ impl StoreDir {
         listed || self.stat(head, name, "").is_some_and(|stat| stat.is_file)
     }
 
-    /// The names of the regular files in shard `head`; none when it cannot be listed.
+    /// The names of the regular files in shard `head`; none when it cannot be listed, or when it holds more
+    /// than `MAX_LISTED` entries (a large shared cache, where stats of the few blobs a run asks about are
+    /// cheaper than its listing, and the listing would hold megabytes).
     fn regular_files(&self, head: &str) -> HashSet<String> {
         let mut names = HashSet::new();
         let Ok(entries) = std::fs::read_dir(self.path.join(head)) else {
             return names;
         };
-        for entry in entries.flatten() {
+        for (count, entry) in entries.flatten().enumerate() {
+            if count >= MAX_LISTED {
+                return HashSet::new();
+            }
             if entry.file_type().is_ok_and(|t| t.is_file())
                 && let Ok(name) = entry.file_name().into_string()
             {
@@ -166,6 +174,13 @@ mod tests {
             "a missing shard holds nothing"
         );
         assert!(!store.holds_file("cd", "one"));
+        // A shard too large to list is answered by stats alone.
+        std::fs::create_dir_all(dir.path().join("ef"))?;
+        for n in 0..=MAX_LISTED {
+            std::fs::write(dir.path().join(format!("ef/{n}")), b"")?;
+        }
+        assert!(store.holds_file("ef", "7") && store.holds_file("ef", "7"));
+        assert!(store.regular_files("ef").is_empty(), "not listed");
         Ok(())
     }
 }
