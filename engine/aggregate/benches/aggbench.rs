@@ -20,18 +20,12 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_aggregate::{AggregateSpec, Cell, PointSource, aggregate};
 use fracflow_client::Sample;
 use fracflow_record::by_thread::write_samples_by_thread;
-use fracflow_record::samples::samples_schema;
 use fracflow_record::{SAMPLES_FILE, SampleColumn};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use polars::prelude::*;
 use rayon::prelude::*;
@@ -178,44 +172,6 @@ fn point_samples(point: u64, rows_per_point: u64) -> Vec<Sample> {
     samples
 }
 
-/// Writes `samples` the way the client wrote them before it wrote a sidecar: the Parquet file alone, with the
-/// client's writer properties (zstd, batches of 2^20 rows).
-fn parquet_only(path: &Path, samples: &[Sample]) -> BenchResult {
-    let schema = Arc::new(samples_schema());
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
-    let mut writer = ArrowWriter::try_new(
-        std::fs::File::create(path)?,
-        Arc::clone(&schema),
-        Some(props),
-    )?;
-    for chunk in samples.chunks(1 << 20) {
-        let u32c = |f: fn(&Sample) -> u32| -> ArrayRef {
-            Arc::new(UInt32Array::from_iter_values(chunk.iter().map(f)))
-        };
-        let u64c = |f: fn(&Sample) -> u64| -> ArrayRef {
-            Arc::new(UInt64Array::from_iter_values(chunk.iter().map(f)))
-        };
-        let columns = SampleColumn::ALL
-            .iter()
-            .map(|column| match column {
-                SampleColumn::Thread => u32c(|s| s.thread),
-                SampleColumn::Seq => u64c(|s| s.seq),
-                SampleColumn::TSendNs => u64c(|s| s.t_send_ns),
-                SampleColumn::LatencyNs => u64c(|s| s.latency_ns),
-                SampleColumn::LatencyLastPieceNs => u64c(|s| s.latency_last_piece_ns),
-                SampleColumn::Slot => u32c(|s| u32::from(s.slot)),
-                SampleColumn::RequestBytes => u32c(|s| s.request_bytes),
-                SampleColumn::ResponseBytes => u32c(|s| s.response_bytes),
-            })
-            .collect();
-        writer.write(&RecordBatch::try_new(Arc::clone(&schema), columns)?)?;
-    }
-    writer.close()?;
-    Ok(())
-}
-
 /// Seconds `write` takes, the median of three.
 fn median_of_three(write: &dyn Fn() -> BenchResult) -> BenchResult<f64> {
     let mut seconds = Vec::new();
@@ -234,7 +190,11 @@ fn median_of_three(write: &dyn Fn() -> BenchResult) -> BenchResult<f64> {
 fn write_costs(dir: &Path, rows_per_point: u64) -> BenchResult<String> {
     let samples = point_samples(0, rows_per_point);
     let (parquet, sidecar) = (dir.join("timing.parquet"), dir.join("timing.by-thread"));
-    let before = median_of_three(&|| parquet_only(&parquet, &samples))?;
+    let before = median_of_three(&|| {
+        Ok(fracflow_client::samples::write_parquet_alone(
+            &parquet, &samples,
+        )?)
+    })?;
     let alone = median_of_three(&|| {
         write_samples_by_thread(&sidecar, &parquet, &samples, Sample::by_thread_row)?;
         Ok(())

@@ -41,7 +41,7 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
     // little to the end of a point; its directory names the Parquet file, so it is finished last.
     std::thread::scope(|scope| {
         let pending = scope.spawn(|| by_thread::begin(&sidecar, samples, Sample::by_thread_row));
-        write_parquet(path, samples)?;
+        write_parquet_alone(path, samples)?;
         let pending = pending
             .join()
             .map_err(|_| sidecar_error(std::io::Error::other("the sidecar's writer panicked")))?
@@ -50,7 +50,9 @@ pub fn write_samples_parquet(path: &Path, samples: &[Sample]) -> Result<(), Samp
     })
 }
 
-fn write_parquet(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
+/// Writes `samples` to `path` as zstd-compressed Parquet without the sidecar (what the client wrote before it
+/// wrote one; the aggregation bench times it against [`write_samples_parquet`]).
+pub fn write_parquet_alone(path: &Path, samples: &[Sample]) -> Result<(), SamplesError> {
     let err = |why: String| SamplesError {
         path: path.to_path_buf(),
         why,
