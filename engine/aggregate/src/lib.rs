@@ -158,7 +158,7 @@ pub use spec::{
     DeriveStep, LatencyField, ScaleBy, StatsKind,
 };
 
-use quantile::{LatencySummary, QUANTILES, exact_summary, exact_summary_and_cdf};
+use quantile::{LatencySummary, QUANTILES, exact_summary_and_cdf, exact_summary_in_place};
 use rayon::prelude::*;
 use samples::{GroupKey, GroupLatencies, SampleQuery, read_point};
 
@@ -562,7 +562,7 @@ fn blocks_table(
         let blocks: Vec<(u64, Option<LatencySummary>)> =
             samples::read_blocks(&path, &query, block_ms * 1_000_000, notes)?
                 .into_par_iter()
-                .map(|(block, latencies)| (block, exact_summary(&latencies)))
+                .map(|(block, mut latencies)| (block, exact_summary_in_place(&mut latencies)))
                 .collect();
         for (block, summary) in blocks {
             let mut row = label_cells(point, labels);

@@ -580,6 +580,66 @@ mod samples {
         Ok(())
     }
 
+    /// Each block's quantiles (selected in place, block by block) agree with sorting the block's values, with
+    /// many repeated values, blocks of one value and blocks whose rows come from several threads.
+    #[test]
+    fn block_quantiles_equal_the_sorted_nearest_ranks() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("p");
+        let block_ns = 10_000_000u64;
+        // Thread t sends every (t + 1) µs for 95 ms; a last thread sends once, alone in a later block.
+        let mut rows = Vec::new();
+        for thread in 0..5u32 {
+            let step = u64::from(thread + 1) * 1_000;
+            for seq in 0..95_000_000 / step {
+                let latency = 5_000 + (seq * 7_919 + u64::from(thread) * 104_729) % 3_001 / 3 * 3;
+                rows.push(sample(thread, seq, seq * step, latency));
+            }
+        }
+        rows.push(sample(9, 0, 120_000_000, 123_456));
+        write_samples(&dir, &rows, 8192)?;
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","blocks_ms":10}"#)?,
+            &[point(dir, &[])],
+            &tmp.path().join("out"),
+        )?;
+        let mut expected: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for row in &rows {
+            expected
+                .entry(row.t_send_ns / block_ns)
+                .or_default()
+                .push(row.last_piece_ns);
+        }
+        let blocks = &result.tables["blocks"];
+        assert_eq!(blocks.rows.len(), expected.len());
+        for (row, (block, mut values)) in expected.into_iter().enumerate() {
+            values.sort_unstable();
+            let n = values.len();
+            assert_eq!(blocks.get(row, "block_ms"), Some(&num((block * 10) as f64)));
+            assert_eq!(blocks.get(row, "requests"), Some(&num(n as f64)));
+            for (column, q) in [
+                ("p25_us", 0.25),
+                ("median_us", 0.5),
+                ("p75_us", 0.75),
+                ("p90_us", 0.9),
+                ("p95_us", 0.95),
+                ("p99_us", 0.99),
+            ] {
+                let expected = values[((n - 1) as f64 * q).round() as usize] as f64 / 1e3;
+                assert_eq!(
+                    blocks.get(row, column),
+                    Some(&num(expected)),
+                    "{column} of block {block}"
+                );
+            }
+            assert_eq!(
+                blocks.get(row, "max_us"),
+                Some(&num(values[n - 1] as f64 / 1e3))
+            );
+        }
+        Ok(())
+    }
+
     #[test]
     fn histogram_path_matches_exact_within_a_tenth_of_a_percent() -> TestResult {
         let tmp = tempfile::tempdir()?;
