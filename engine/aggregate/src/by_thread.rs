@@ -230,31 +230,154 @@ fn read_hdr(
 
 /// One point's kept latencies by block of `block_ns` of send time, as [`crate::samples::read_blocks`] returns
 /// them from the Parquet file.
+///
+/// In two passes, neither of which holds a column of the whole point. The first reads each thread's send times a
+/// batch at a time and notes where each of its blocks starts: its send times do not decrease, so a block is a run
+/// of its rows. The second makes each block's vector at its final size and fills it with the thread's latencies
+/// run by run, the blocks split into a few spans of time read side by side, each reading every thread's rows of
+/// its span in order. Reading both columns of the whole point into vectors and growing the blocks from them
+/// took three quarters of Figure 16's block statistics (`bench/aggregate_100m.sh`, mode `fig16`).
 pub(crate) fn read_blocks(
     file: &SamplesByThread,
     query: &SampleQuery,
     block_ns: u64,
 ) -> Result<BTreeMap<u64, Vec<u64>>, ByThreadError> {
     let ranges = kept_ranges(file, query.cuts)?;
-    let sends = read_ranges(file, SampleColumn::TSendNs, &ranges)?;
-    let values = read_ranges(file, query.latency.column(), &ranges)?;
-    let mut blocks: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    // Send times do not decrease within a thread, so a block is a run of rows: one map lookup per run, and a
-    // run ends at the first row sent outside the block's window (later, or earlier: the next thread's).
     let block_ns = block_ns.max(1);
-    let mut start = 0;
-    while start < sends.len() {
-        let block = sends[start] / block_ns;
-        let (begin, end) = (block * block_ns, (block + 1).saturating_mul(block_ns));
-        let len = sends[start..]
-            .iter()
-            .position(|&sent| sent < begin || sent >= end)
-            .unwrap_or(sends.len() - start);
-        blocks
-            .entry(block)
-            .or_default()
-            .extend_from_slice(&values[start..start + len]);
-        start += len;
+    let starts: Vec<Vec<(u64, u64)>> = ranges
+        .par_iter()
+        .enumerate()
+        .map(|(index, range)| block_starts(file, index, range.clone(), block_ns))
+        .collect::<Result<_, ByThreadError>>()?;
+    // Each thread's runs as (block, rows).
+    let runs: Vec<Vec<(u64, Range<u64>)>> = starts
+        .iter()
+        .zip(&ranges)
+        .map(|(starts, range)| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(i, &(block, first))| {
+                    let end = starts.get(i + 1).map_or(range.end, |&(_, next)| next);
+                    (block, first..end)
+                })
+                .collect()
+        })
+        .collect();
+    let mut sizes: BTreeMap<u64, usize> = BTreeMap::new();
+    for (block, rows) in runs.iter().flatten() {
+        *sizes.entry(*block).or_default() += (rows.end - rows.start) as usize;
     }
-    Ok(blocks)
+    let total: usize = sizes.values().sum();
+    let spans = block_spans(&sizes, total.div_ceil(rayon::current_num_threads().max(1)));
+    let latency = query.latency.column();
+    let filled: Vec<Vec<(u64, Vec<u64>)>> = spans
+        .par_iter()
+        .map(|span| {
+            let mut blocks: Vec<(u64, Vec<u64>)> = span
+                .iter()
+                .map(|(&block, &size)| (block, Vec::with_capacity(size)))
+                .collect();
+            let (first, last) = match (blocks.first(), blocks.last()) {
+                (Some(first), Some(last)) => (first.0, last.0),
+                _ => return Ok(blocks),
+            };
+            let mut batch = vec![0u64; BLOCK_BATCH_ROWS as usize];
+            for (index, thread_runs) in runs.iter().enumerate() {
+                // This thread's runs in the span: consecutive rows, read a batch at a time (a read checks whole
+                // pages, so reading run by run would check each page many times).
+                let from = thread_runs.partition_point(|(block, _)| *block < first);
+                let to = thread_runs.partition_point(|(block, _)| *block <= last);
+                let span_runs = &thread_runs[from..to];
+                let (Some((_, head)), Some((_, tail))) = (span_runs.first(), span_runs.last())
+                else {
+                    continue;
+                };
+                let (mut slot, mut run) = (0, 0);
+                let mut start = head.start;
+                while start < tail.end {
+                    let end = (start + BLOCK_BATCH_ROWS).min(tail.end);
+                    let values = &mut batch[..(end - start) as usize];
+                    file.read_rows(index, latency, start..end, values)?;
+                    // Each run's rows in this batch go to its block.
+                    while run < span_runs.len() && span_runs[run].1.start < end {
+                        let (block, rows) = &span_runs[run];
+                        while blocks[slot].0 < *block {
+                            slot += 1;
+                        }
+                        let (lo, hi) = (rows.start.max(start), rows.end.min(end));
+                        blocks[slot].1.extend_from_slice(
+                            &values[(lo - start) as usize..(hi - start) as usize],
+                        );
+                        if rows.end > end {
+                            break;
+                        }
+                        run += 1;
+                    }
+                    start = end;
+                }
+            }
+            Ok(blocks)
+        })
+        .collect::<Result<_, ByThreadError>>()?;
+    Ok(filled.into_iter().flatten().collect())
+}
+
+/// Rows of one thread's send times, or latencies, read at once for blocks.
+const BLOCK_BATCH_ROWS: u64 = 16 * 1024;
+
+/// Where each block of thread `index`'s `rows` starts: (block, first row), in row order. An error if its send
+/// times decrease, which a sound file never holds.
+fn block_starts(
+    file: &SamplesByThread,
+    index: usize,
+    rows: Range<u64>,
+    block_ns: u64,
+) -> Result<Vec<(u64, u64)>, ByThreadError> {
+    let mut starts: Vec<(u64, u64)> = Vec::new();
+    let mut sends = vec![0u64; BLOCK_BATCH_ROWS as usize];
+    let mut last_sent = 0u64;
+    let mut start = rows.start;
+    while start < rows.end {
+        let end = (start + BLOCK_BATCH_ROWS).min(rows.end);
+        let sends = &mut sends[..(end - start) as usize];
+        file.read_rows(index, SampleColumn::TSendNs, start..end, sends)?;
+        if sends.first().is_some_and(|&first| first < last_sent) || !sends.is_sorted() {
+            return Err(file.corrupt_thread(index, "send times decrease"));
+        }
+        last_sent = sends.last().copied().unwrap_or(last_sent);
+        // Each run found by a binary search for the first row sent after its block's window.
+        let mut at = 0;
+        while at < sends.len() {
+            let block = sends[at] / block_ns;
+            let window_end = (block + 1).saturating_mul(block_ns);
+            // At least the row itself: a send time of u64::MAX has a window that ends at it.
+            let run = sends[at..]
+                .partition_point(|&sent| sent < window_end)
+                .max(1);
+            if starts.last().is_none_or(|&(last, _)| last != block) {
+                starts.push((block, start + at as u64));
+            }
+            at += run;
+        }
+        start = end;
+    }
+    Ok(starts)
+}
+
+/// `sizes` (rows per block, in block order) cut into consecutive spans of about `target` rows each.
+fn block_spans(sizes: &BTreeMap<u64, usize>, target: usize) -> Vec<BTreeMap<u64, usize>> {
+    let mut spans = vec![BTreeMap::new()];
+    let mut rows = 0;
+    for (&block, &size) in sizes {
+        if rows >= target.max(1) {
+            spans.push(BTreeMap::new());
+            rows = 0;
+        }
+        if let Some(span) = spans.last_mut() {
+            span.insert(block, size);
+        }
+        rows += size;
+    }
+    spans
 }

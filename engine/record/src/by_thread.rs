@@ -514,6 +514,13 @@ impl SamplesByThread {
             .position(|c| c.name == column.name())
     }
 
+    /// The error for what a reader finds wrong in the values of thread `index` (in [`SamplesByThread::threads`]
+    /// order), which the checksums cannot catch: a writer that broke the format's promises.
+    pub fn corrupt_thread(&self, index: usize, why: &str) -> ByThreadError {
+        let thread = self.directory.threads.get(index).map_or(0, |t| t.thread);
+        self.corrupt(format!("thread {thread}: {why}"))
+    }
+
     fn corrupt(&self, why: String) -> ByThreadError {
         ByThreadError::Corrupt {
             path: self.path.clone(),
