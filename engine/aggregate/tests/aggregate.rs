@@ -1991,6 +1991,19 @@ mod by_thread {
             ),
             ("all before the cut", client_samples(3, |_| 200, |_| 0)),
             ("empty", Vec::new()),
+            // Trace groups beyond the small slots and fragment counts a table holds.
+            ("large groups", {
+                let mut samples = client_samples(3, |t| 2_000 + u64::from(t), |_| 0);
+                for (i, sample) in samples.iter_mut().enumerate() {
+                    if i % 7 == 0 {
+                        sample.request_bytes = 64 + 512 * 300 + (i % 3) as u32 * 1024;
+                    }
+                    if i % 11 == 0 {
+                        sample.slot = 17 + (i % 2) as u16;
+                    }
+                }
+                samples
+            }),
         ];
         for (name, samples) in &cases {
             let (with, without) = both_ways(root, name, samples)?;
