@@ -75,3 +75,43 @@ fn plan_and_why_explain_what_changed() {
     let set = sandbox.run(&["plan", "total", "--set", "scale=3", "--rerun", "gen*"]);
     insta::assert_snapshot!("plan_forced_and_param", redact(&text(&set)));
 }
+
+/// A node waiting on a wide sweep names a few of its upstream nodes and counts the rest; `--json` lists all.
+#[test]
+fn a_wide_upstream_is_named_in_part_and_counted() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/wide.yaml",
+        r#"pipeline: wide
+sweep: {x: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}
+nodes:
+  gen:
+    kind: command
+    foreach: [x]
+    outputs: [value]
+    run: echo {x} > "$FRACFLOW_OUT/value"
+  sum:
+    kind: command
+    deps: [gen]
+    outputs: [total]
+    run: echo 0 > "$FRACFLOW_OUT/total"
+"#,
+    );
+    let plan = sandbox.run(&["plan", "wide"]);
+    assert!(plan.status.success(), "{}", text(&plan));
+    let listing = text(&plan);
+    let line = listing
+        .lines()
+        .find(|line| line.contains("sum [command]"))
+        .unwrap_or_else(|| panic!("no line for sum in:\n{listing}"));
+    assert!(line.ends_with("after upstream: gen[x=10], gen[x=11], gen[x=12], gen[x=1], gen[x=2], gen[x=3], gen[x=4], gen[x=5] and 4 more"), "{line}");
+
+    let json = sandbox.run(&["plan", "wide", "--json"]);
+    assert!(json.status.success(), "{}", text(&json));
+    let listed = text(&json)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|item| item["node"] == "sum")
+        .and_then(|item| item["upstream"].as_array().map(Vec::len));
+    assert_eq!(listed, Some(12), "{}", text(&json));
+}

@@ -146,7 +146,7 @@ pub fn run(project: &Project, args: &PlanArgs) -> Result<Exit> {
             Verdict::Always { .. } => ("run", "effect: runs before what needs it".to_owned()),
             Verdict::NotNeeded { .. } => ("skip", "effect: nothing that needs it runs".to_owned()),
             Verdict::AfterUpstream { upstream } => {
-                ("run?", format!("after upstream: {}", upstream.join(", ")))
+                ("run?", format!("after upstream: {}", listed(upstream)))
             }
             Verdict::Error { message } => ("error", message.clone()),
         };
@@ -229,4 +229,20 @@ fn board_steps(
         );
     }
     steps
+}
+
+/// Upstream nodes a `run?` line names before it counts the rest: an aggregator over a million-point sweep
+/// waits on every point, and naming each made one line of 16 MB (`--json` keeps the whole list).
+const LISTED_UPSTREAM: usize = 8;
+
+/// `upstream`, the first [`LISTED_UPSTREAM`] by name and the rest as a count.
+fn listed(upstream: &[String]) -> String {
+    if upstream.len() <= LISTED_UPSTREAM {
+        return upstream.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        upstream[..LISTED_UPSTREAM].join(", "),
+        upstream.len() - LISTED_UPSTREAM
+    )
 }
