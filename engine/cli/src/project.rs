@@ -372,19 +372,12 @@ impl Project {
                 testbed.profile.kind,
                 &testbed.profile.images(),
                 &select.images.overrides()?,
-                &mut loaded.pipeline,
+                &mut loaded.graph,
                 &needed,
                 Some(&testbed.session),
             )
             .map_err(|refusals| refused_images(&testbed.name, &refusals))?;
             if choice.rewrote_pipeline {
-                loaded.graph =
-                    fracflow_core::Graph::build(loaded.pipeline.nodes.clone()).map_err(|e| {
-                        Error::internal(
-                            "rebuilding the graph with the pinned images",
-                            format!("{e:?}"),
-                        )
-                    })?;
                 targets = target_nodes(&loaded, selection.target.as_deref())?;
             }
             *testbed.images.lock().unwrap_or_else(|e| e.into_inner()) = Some(choice);

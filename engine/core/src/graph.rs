@@ -42,8 +42,8 @@ fn describe_cycle(members: &[(NodeId, Origin)]) -> String {
     text
 }
 
-/// A validated DAG over a pipeline's node specs.
-#[derive(Debug, Clone)]
+/// A validated DAG over a pipeline's node specs (the default: the empty one).
+#[derive(Debug, Clone, Default)]
 pub struct Graph {
     dag: DiGraph<NodeSpec, ()>,
     by_id: HashMap<NodeId, NodeIndex>,
@@ -101,9 +101,11 @@ impl Graph {
         }
     }
 
-    /// Builds the graph of a loaded pipeline and checks that every target names a node.
-    pub fn from_pipeline(pipeline: &Pipeline) -> Result<Graph, Vec<GraphError>> {
-        let graph = Graph::build(pipeline.nodes.clone())?;
+    /// Builds the graph of a loaded pipeline and checks that every target names a node. The nodes move into
+    /// the graph, which holds them from then on ([`Graph::specs`]): `pipeline.nodes` is left empty, so that a
+    /// run does not hold (and a no-op does not copy) every spec twice.
+    pub fn from_pipeline(pipeline: &mut Pipeline) -> Result<Graph, Vec<GraphError>> {
+        let graph = Graph::build(std::mem::take(&mut pipeline.nodes))?;
         let errors: Vec<GraphError> = pipeline
             .targets
             .iter()
@@ -137,6 +139,18 @@ impl Graph {
 
     pub fn spec(&self, index: NodeIndex) -> &NodeSpec {
         &self.dag[index]
+    }
+
+    /// Every node's spec, in declaration order.
+    pub fn specs(&self) -> impl Iterator<Item = &NodeSpec> + '_ {
+        self.dag.node_weights()
+    }
+
+    /// The specs back, in declaration order: what [`Graph::build`] takes to build the graph again after they
+    /// are edited.
+    pub fn into_specs(self) -> Vec<NodeSpec> {
+        let (nodes, _) = self.dag.into_nodes_edges();
+        nodes.into_iter().map(|node| node.weight).collect()
     }
 
     /// All nodes, dependencies before dependents.

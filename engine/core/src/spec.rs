@@ -117,6 +117,8 @@ pub struct Pipeline {
     pub root: PathBuf,
     /// Every YAML file read to build this pipeline (the entry file first).
     pub sources: Vec<PathBuf>,
+    /// The nodes as the loader builds them; once the pipeline is loaded they are in its `Graph`
+    /// (`Graph::from_pipeline` moves them there) and this is empty.
     pub nodes: Vec<NodeSpec>,
     /// Named targets (`fig16`, …) → the node ids that produce them.
     pub targets: BTreeMap<String, Vec<NodeId>>,

@@ -115,9 +115,10 @@ pub struct ImageChoice {
     pub rewrote_pipeline: bool,
 }
 
-/// Rewrites `pipeline` for the testbed's image source: every needed `image`/`partials` node becomes a
-/// `prebuilt` node holding the pinned files' hashes (so measurements key on them, and editing an accelerator
-/// rebuilds nothing), after checking each file. Returns every refusal at once.
+/// Rewrites the pipeline in `graph` for the testbed's image source: every needed `image`/`partials` node
+/// becomes a `prebuilt` node holding the pinned files' hashes (so measurements key on them, and editing an
+/// accelerator rebuilds nothing), after checking each file, and the graph is built again from the rewritten
+/// nodes. A pipeline with no needed image is left as it is. Returns every refusal at once.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     root: &Path,
@@ -125,7 +126,7 @@ pub fn apply(
     kind: TestbedKind,
     images: &ImagesProfile,
     overrides: &ImageOverrides,
-    pipeline: &mut fracflow_core::Pipeline,
+    graph: &mut fracflow_core::Graph,
     needed: &BTreeSet<String>,
     session: Option<&Session>,
 ) -> Result<ImageChoice, Vec<String>> {
@@ -142,9 +143,8 @@ pub fn apply(
             "`--partials {BYPASS}=…`: the bypass image has no slots"
         ));
     }
-    let products: Vec<usize> = pipeline
-        .nodes
-        .iter()
+    let products: Vec<usize> = graph
+        .specs()
         .enumerate()
         .filter(|(_, n)| (n.kind == "image" || n.kind == "partials") && needed.contains(&n.id))
         .map(|(i, _)| i)
@@ -162,15 +162,48 @@ pub fn apply(
         };
     }
     choice.rewrote_pipeline = true;
+    let mut nodes = std::mem::take(graph).into_specs();
+    let rewritten = rewrite(
+        root, testbed, kind, images, overrides, &mut nodes, needed, session, products, refusals,
+        choice,
+    );
+    *graph = fracflow_core::Graph::build(nodes).map_err(|errors| {
+        vec![format!(
+            "the pipeline with the pinned images is not a DAG: {}",
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )]
+    })?;
+    rewritten
+}
+
+/// [`apply`]'s rewrite of `nodes` (declaration order), once some needed node is an image or partials.
+#[allow(clippy::too_many_arguments)]
+fn rewrite(
+    root: &Path,
+    testbed: &str,
+    kind: TestbedKind,
+    images: &ImagesProfile,
+    overrides: &ImageOverrides,
+    nodes: &mut [NodeSpec],
+    needed: &BTreeSet<String>,
+    session: Option<&Session>,
+    products: Vec<usize>,
+    mut refusals: Vec<String>,
+    mut choice: ImageChoice,
+) -> Result<ImageChoice, Vec<String>> {
     let real = kind != TestbedKind::Emulated;
     if images.source == ImageSourceKind::Vivado {
-        refusals.extend(use_vivado(pipeline, needed, overrides));
+        refusals.extend(use_vivado(nodes, needed, overrides));
     }
     let products: Vec<usize> = products
         .into_iter()
-        .filter(|&i| matches!(pipeline.nodes[i].kind.as_str(), "image" | "partials"))
+        .filter(|&i| matches!(nodes[i].kind.as_str(), "image" | "partials"))
         .filter(|&i| {
-            images.source != ImageSourceKind::Vivado || is_overridden(&pipeline.nodes[i], overrides)
+            images.source != ImageSourceKind::Vivado || is_overridden(&nodes[i], overrides)
         })
         .collect();
     let mut source = PinnedSource::new(root, images, overrides);
@@ -178,7 +211,7 @@ pub fn apply(
     // Which source gives each product: its override, the pinned manifest, or the build chain.
     let mut replaced: Vec<(usize, Vec<Pinned>)> = Vec::new();
     for &index in &products {
-        let node = &pipeline.nodes[index];
+        let node = &nodes[index];
         let files = if node.kind == "image" {
             let name = image_name(node);
             let output = node.outputs.first().cloned().unwrap_or_default();
@@ -227,7 +260,7 @@ pub fn apply(
         }
     }
     refusals.extend(provenance_refusals(&all));
-    refusals.extend(missing_slot_files(pipeline, needed, &replaced));
+    refusals.extend(missing_slot_files(nodes, needed, &replaced));
     if !refusals.is_empty() {
         // Every node of one source meets the same missing manifest: say it once.
         let mut seen = BTreeSet::new();
@@ -254,7 +287,7 @@ pub fn apply(
                 session.pin_source(&file.sha256, &file.source);
             }
         }
-        let node = &mut pipeline.nodes[index];
+        let node = &mut nodes[index];
         node.kind = "prebuilt".to_owned();
         node.deps.clear();
         node.inputs.clear();
@@ -299,18 +332,17 @@ fn is_overridden(node: &NodeSpec, overrides: &ImageOverrides) -> bool {
 /// that one implementation is what its partials fit. The bypass baseline is a flat build of another branch
 /// that fracflow does not drive: it must be given.
 fn use_vivado(
-    pipeline: &mut fracflow_core::Pipeline,
+    nodes: &mut [NodeSpec],
     needed: &BTreeSet<String>,
     overrides: &ImageOverrides,
 ) -> Vec<String> {
     let mut refusals = Vec::new();
-    let weave = pipeline
-        .nodes
+    let weave = nodes
         .iter()
         .find(|n| n.kind == "weave" && needed.contains(&n.id))
         .map(|n| n.id.clone());
     let mut products = BTreeSet::new();
-    for node in pipeline.nodes.iter_mut().filter(|n| needed.contains(&n.id)) {
+    for node in nodes.iter_mut().filter(|n| needed.contains(&n.id)) {
         match node.kind.as_str() {
             "hls" => {
                 node.config
@@ -351,7 +383,7 @@ fn use_vivado(
     let Some(weave) = weave else {
         return refusals;
     };
-    for node in pipeline.nodes.iter_mut().filter(|n| n.kind == "measure") {
+    for node in nodes.iter_mut().filter(|n| n.kind == "measure") {
         if node.deps.iter().any(|d| products.contains(d)) {
             node.deps.retain(|d| !products.contains(d));
             if !node.deps.contains(&weave) {
@@ -790,21 +822,20 @@ fn provenance_refusals(files: &[&Pinned]) -> Vec<String> {
 
 /// Every measurement's `image` and `slots` files must be among the pinned ones, or it could never run.
 fn missing_slot_files(
-    pipeline: &fracflow_core::Pipeline,
+    nodes: &[NodeSpec],
     needed: &BTreeSet<String>,
     replaced: &[(usize, Vec<Pinned>)],
 ) -> Vec<String> {
     let replaced_ids: BTreeSet<&str> = replaced
         .iter()
-        .map(|(i, _)| pipeline.nodes[*i].id.as_str())
+        .map(|(i, _)| nodes[*i].id.as_str())
         .collect();
     let offered: BTreeSet<&str> = replaced
         .iter()
         .flat_map(|(_, files)| files.iter().map(|f| file_name(&f.output)))
         .collect();
     let mut refusals = BTreeSet::new();
-    for node in pipeline
-        .nodes
+    for node in nodes
         .iter()
         .filter(|n| n.kind == "measure" && needed.contains(&n.id))
     {

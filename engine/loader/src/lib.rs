@@ -167,6 +167,7 @@ fn is_number_literal(text: &str) -> bool {
 /// A loaded pipeline and its validated DAG.
 #[derive(Debug)]
 pub struct Loaded {
+    /// Its name, files and targets; its nodes are in `graph`.
     pub pipeline: Pipeline,
     pub graph: Graph,
     /// Params lowered by `LoadOptions::caps`, in declaration order.

@@ -497,7 +497,7 @@ impl<'o> Loader<'o> {
                 (target, ids)
             })
             .collect();
-        let pipeline = Pipeline {
+        let mut pipeline = Pipeline {
             name: name.value,
             root: self.src.root.clone(),
             sources: self.src.files.iter().map(|f| f.path.clone()).collect(),
@@ -507,7 +507,7 @@ impl<'o> Loader<'o> {
         if !all_nodes_ok || !self.diags.is_empty() {
             return None;
         }
-        match Graph::from_pipeline(&pipeline) {
+        match Graph::from_pipeline(&mut pipeline) {
             Ok(graph) => Some((pipeline, graph)),
             Err(errors) => {
                 self.graph_errors(errors);

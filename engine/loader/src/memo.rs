@@ -96,9 +96,10 @@ pub(crate) fn recall(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Opt
     if !accepted {
         return None;
     }
-    let graph = Graph::build(memo.pipeline.nodes.clone()).ok()?;
+    let mut pipeline = memo.pipeline;
+    let graph = Graph::from_pipeline(&mut pipeline).ok()?;
     Some(Loaded {
-        pipeline: memo.pipeline,
+        pipeline,
         graph,
         adapted: memo.adapted,
         input_lookups: memo.input_lookups,
@@ -128,7 +129,11 @@ pub(crate) fn remember(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds, load
         identity: identity.clone(),
         sources,
         input_lookups: loaded.input_lookups.clone(),
-        pipeline: loaded.pipeline.clone(),
+        // The nodes are in the graph.
+        pipeline: Pipeline {
+            nodes: loaded.graph.specs().cloned().collect(),
+            ..loaded.pipeline.clone()
+        },
         adapted: loaded.adapted.clone(),
     };
     let path = memo_path(&root, &identity);

@@ -71,19 +71,13 @@ fn one(files: &str) -> Project {
 }
 
 fn ids(loaded: &Loaded) -> Vec<&str> {
-    loaded
-        .pipeline
-        .nodes
-        .iter()
-        .map(|n| n.id.as_str())
-        .collect()
+    loaded.graph.specs().map(|n| n.id.as_str()).collect()
 }
 
 fn ids_of<'a>(loaded: &'a Loaded, name: &str) -> Vec<&'a str> {
     loaded
-        .pipeline
-        .nodes
-        .iter()
+        .graph
+        .specs()
         .filter(|n| n.name == name)
         .map(|n| n.id.as_str())
         .collect()
@@ -91,15 +85,24 @@ fn ids_of<'a>(loaded: &'a Loaded, name: &str) -> Vec<&'a str> {
 
 fn spec<'a>(loaded: &'a Loaded, id: &str) -> &'a NodeSpec {
     loaded
-        .pipeline
-        .nodes
-        .iter()
+        .graph
+        .specs()
         .find(|n| n.id == id)
         .unwrap_or_else(|| panic!("no node `{id}` in {:?}", ids(loaded)))
 }
 
 fn deps<'a>(loaded: &'a Loaded, id: &str) -> Vec<&'a str> {
     spec(loaded, id).deps.iter().map(String::as_str).collect()
+}
+
+/// The `run` of the first node declared.
+fn first_run(loaded: &Loaded) -> serde_json::Value {
+    loaded
+        .graph
+        .specs()
+        .next()
+        .map(|n| n.config["run"].clone())
+        .unwrap_or_else(|| panic!("no node"))
 }
 
 fn run<'a>(loaded: &'a Loaded, id: &str) -> &'a serde_json::Value {
@@ -263,8 +266,9 @@ nodes:
             loaded.pipeline.targets["builds"],
             ["build[m=1024]", "build[m=4096]"]
         );
-        // The graph is built and ordered with dependencies first.
-        assert_eq!(loaded.graph.len(), loaded.pipeline.nodes.len());
+        // The graph holds the nodes (moved there, not copied) and orders them with dependencies first.
+        assert!(loaded.pipeline.nodes.is_empty());
+        assert_eq!(loaded.graph.specs().count(), loaded.graph.len());
         let order: Vec<&str> = loaded
             .graph
             .topological()
@@ -469,7 +473,7 @@ nodes:
         let p = one(WITH_VARIANTS);
         let mut opts = p.opts();
         let full = p.load_with("pipelines/p.yaml", &opts);
-        assert_eq!(full.pipeline.nodes.len(), 6);
+        assert_eq!(full.graph.len(), 6);
         opts.variant = Some("smoke".to_owned());
         let smoke = p.load_with("pipelines/p.yaml", &opts);
         assert_eq!(
@@ -1269,7 +1273,7 @@ mod scale {
         let started = std::time::Instant::now();
         let loaded = p.load("pipelines/p.yaml");
         eprintln!("10 000-point pipeline loaded in {:?}", started.elapsed());
-        assert_eq!(loaded.pipeline.nodes.len(), 1 + 10_000 + 10_000 + 1);
+        assert_eq!(loaded.graph.len(), 1 + 10_000 + 10_000 + 1);
         assert_eq!(deps(&loaded, "check[i=9999]"), ["measure[i=9999]"]);
         assert_eq!(deps(&loaded, "measure[i=5]"), ["build"]);
         assert_eq!(deps(&loaded, "plot").len(), 10_000);
@@ -1294,7 +1298,7 @@ mod scale {
         let started = std::time::Instant::now();
         let loaded = p.load("pipelines/p.yaml");
         eprintln!("10 000-node pipeline loaded in {:?}", started.elapsed());
-        assert_eq!(loaded.pipeline.nodes.len(), 10_000);
+        assert_eq!(loaded.graph.len(), 10_000);
         assert_eq!(deps(&loaded, "n9999"), ["n9998"]);
     }
 
@@ -1311,7 +1315,7 @@ mod scale {
             ));
         }
         let loaded = one(&yaml).load("pipelines/p.yaml");
-        assert_eq!(loaded.pipeline.nodes.len(), 30_000);
+        assert_eq!(loaded.graph.len(), 30_000);
     }
 
     /// A few lines that would expand into billions of nodes are refused, not expanded.
@@ -1442,7 +1446,7 @@ nodes:
         .collect();
         opts.overrides = [("latency".to_owned(), json!("from_send"))].into();
         let loaded = project.load_with("pipelines/p.yaml", &opts);
-        let run = loaded.pipeline.nodes[0].config["run"].clone();
+        let run = first_run(&loaded);
         // A number above its cap is lowered, one below is kept, a computed param follows the lowered one.
         assert_eq!(run, json!("echo 4 1 from_send 2 3"));
         let lowered: Vec<(String, serde_json::Value, serde_json::Value)> = loaded
@@ -1473,10 +1477,7 @@ nodes:
         opts.variant = Some("smoke".to_owned());
         opts.caps = [("d".to_owned(), 4.0)].into();
         let loaded = project.load_with("pipelines/p.yaml", &opts);
-        assert_eq!(
-            loaded.pipeline.nodes[0].config["run"],
-            json!("echo 2 10 last_piece 2 1")
-        );
+        assert_eq!(first_run(&loaded), json!("echo 2 10 last_piece 2 1"));
         assert!(loaded.adapted.is_empty());
     }
 }
@@ -1565,9 +1566,8 @@ mod remembered {
 
     fn node<'a>(loaded: &'a Loaded, id: &str) -> &'a NodeSpec {
         loaded
-            .pipeline
-            .nodes
-            .iter()
+            .graph
+            .specs()
             .find(|n| n.id == id)
             .expect("node exists")
     }
