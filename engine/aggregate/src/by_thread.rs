@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use fracflow_record::SampleColumn;
-use fracflow_record::by_thread::{ByThreadError, SamplesByThread};
+use fracflow_record::by_thread::{ByThreadError, RowValue, SamplesByThread};
 use rayon::prelude::*;
 
 use crate::quantile::HdrAccumulator;
@@ -44,24 +44,13 @@ fn kept_ranges(file: &SamplesByThread, cuts: Cuts) -> Result<Vec<Range<u64>>, By
 }
 
 /// The values of `column` at `ranges` (one per thread), thread after thread, read in parallel.
-fn read_ranges(
+fn read_ranges<T: RowValue + Default + Send>(
     file: &SamplesByThread,
     column: SampleColumn,
     ranges: &[Range<u64>],
-) -> Result<Vec<u64>, ByThreadError> {
-    fill_ranges(ranges, |index, range, out| {
-        file.read_rows(index, column, range, out)
-    })
-}
-
-/// One value per row of `ranges` (one range per thread), thread after thread: `fill(thread index, rows, out)`
-/// writes a thread's, the threads in parallel.
-fn fill_ranges(
-    ranges: &[Range<u64>],
-    fill: impl Fn(usize, Range<u64>, &mut [u64]) -> Result<(), ByThreadError> + Sync,
-) -> Result<Vec<u64>, ByThreadError> {
+) -> Result<Vec<T>, ByThreadError> {
     let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-    let mut values = vec![0u64; total as usize];
+    let mut values = vec![T::default(); total as usize];
     let mut slices = Vec::with_capacity(ranges.len());
     let mut rest = values.as_mut_slice();
     for range in ranges {
@@ -74,8 +63,14 @@ fn fill_ranges(
         .into_par_iter()
         .zip(ranges.par_iter())
         .enumerate()
-        .try_for_each(|(index, (out, range))| fill(index, range.clone(), out))?;
+        .try_for_each(|(index, (out, range))| file.read_rows(index, column, range.clone(), out))?;
     Ok(values)
+}
+
+/// Whether `column` is stored in at most 4 bytes, so that its values are read into `u32`s.
+fn narrow(file: &SamplesByThread, column: SampleColumn) -> bool {
+    file.width(column)
+        .is_some_and(|width| width <= u32::MAX_WIDTH)
 }
 
 /// One point's groups, as [`crate::samples::read_point`] returns them from the Parquet file.
@@ -88,20 +83,30 @@ pub(crate) fn read_point(
     if file.rows() > query.exact_max_samples {
         return read_hdr(file, query, &ranges);
     }
+    let narrow = narrow(file, latency);
     let Some(piece) = query.trace_piece else {
-        let values = read_ranges(file, latency, &ranges)?;
-        return Ok(vec![(
-            GroupKey {
-                slot: 0,
-                fragments: 0,
-            },
-            GroupLatencies::Exact(values),
-        )]);
+        let values = if narrow {
+            GroupLatencies::ExactNarrow(read_ranges(file, latency, &ranges)?)
+        } else {
+            GroupLatencies::Exact(read_ranges(file, latency, &ranges)?)
+        };
+        let key = GroupKey {
+            slot: 0,
+            fragments: 0,
+        };
+        return Ok(vec![(key, values)]);
     };
-    Ok(read_trace_groups(file, &ranges, latency, piece)?
-        .into_iter()
-        .map(|(key, values)| (key, GroupLatencies::Exact(values)))
-        .collect())
+    Ok(if narrow {
+        read_trace_groups(file, &ranges, latency, piece)?
+            .into_iter()
+            .map(|(key, values)| (key, GroupLatencies::ExactNarrow(values)))
+            .collect()
+    } else {
+        read_trace_groups(file, &ranges, latency, piece)?
+            .into_iter()
+            .map(|(key, values)| (key, GroupLatencies::Exact(values)))
+            .collect()
+    })
 }
 
 /// One thread's rows by trace group: each row's group as an index into the thread's own distinct keys.
@@ -116,12 +121,12 @@ struct ThreadGroups {
 /// first reads slots and request sizes and gives each row its group, the second reads the latencies into
 /// each group's vector, made at its final size and cut into one slice per thread. Grouping the whole point
 /// on one core after reading it took 40 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
-fn read_trace_groups(
+fn read_trace_groups<T: RowValue + Default + Send + Sync>(
     file: &SamplesByThread,
     ranges: &[Range<u64>],
     latency: SampleColumn,
     piece: u32,
-) -> Result<Vec<(GroupKey, Vec<u64>)>, ByThreadError> {
+) -> Result<Vec<(GroupKey, Vec<T>)>, ByThreadError> {
     let threads: Vec<ThreadGroups> = ranges
         .par_iter()
         .enumerate()
@@ -155,10 +160,10 @@ fn read_trace_groups(
             rows
         })
         .collect();
-    let mut groups: Vec<Vec<u64>> = (0..keys.len())
-        .map(|g| vec![0u64; rows.iter().map(|r| r[g]).sum()])
+    let mut groups: Vec<Vec<T>> = (0..keys.len())
+        .map(|g| vec![T::default(); rows.iter().map(|r| r[g]).sum()])
         .collect();
-    let mut slices: Vec<Vec<&mut [u64]>> = (0..threads.len())
+    let mut slices: Vec<Vec<&mut [T]>> = (0..threads.len())
         .map(|_| Vec::with_capacity(keys.len()))
         .collect();
     for (g, group) in groups.iter_mut().enumerate() {
@@ -176,7 +181,7 @@ fn read_trace_groups(
         .enumerate()
         .try_for_each(|(index, ((mut slices, range), (thread, to_group)))| {
             let mut filled = vec![0usize; slices.len()];
-            let mut values = vec![0u64; KEY_BATCH_ROWS as usize];
+            let mut values = vec![T::default(); KEY_BATCH_ROWS as usize];
             let mut start = range.start;
             let mut ids = thread.ids.iter();
             while start < range.end {

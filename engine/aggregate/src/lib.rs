@@ -432,6 +432,7 @@ fn group_statistics(
 ) -> (Option<LatencySummary>, Cdf) {
     match latencies {
         GroupLatencies::Exact(values) => exact_summary_and_cdf(values, cdf_points),
+        GroupLatencies::ExactNarrow(values) => exact_summary_and_cdf(values, cdf_points),
         GroupLatencies::Hdr(accumulator) => (
             accumulator.summary(),
             if cdf_points == 0 {

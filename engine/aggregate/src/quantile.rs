@@ -121,6 +121,13 @@ impl Buckets {
     }
 }
 
+/// A latency as an exact selection holds it: `u32` when the point's column is stored in at most 4 bytes (half
+/// the memory, and half the bytes every pass over the values reads), `u64` otherwise.
+pub(crate) trait Latency: Copy + Ord + Send + Sync + Into<u64> {}
+
+impl Latency for u32 {}
+impl Latency for u64 {}
+
 /// The sum, the maximum and the values at `ranks` (0-based, each below `values.len()`) of `values`, which is
 /// not empty.
 ///
@@ -130,7 +137,7 @@ impl Buckets {
 /// only those buckets' values, and `select_nth_unstable` runs on them. Buckets are a small fraction of their value wide, so they hold few
 /// samples whatever the spread; many equal values in one bucket only make that last selection longer, never
 /// wrong.
-fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
+fn select_ranks<T: Latency>(values: &[T], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     let n = values.len();
     // Many values: buckets over the whole range of u64 at the finest resolution (about a MiB of counters,
     // little beside the values), so that one pass counts and sums. Few values: a first pass finds the range, so
@@ -141,6 +148,7 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
         let (sum, min, max) = values
             .iter()
             .fold((0u128, u64::MAX, 0u64), |(sum, min, max), &v| {
+                let v: u64 = v.into();
                 (sum + u128::from(v), min.min(v), max.max(v))
             });
         (Buckets::spanning(n, min, max), Some((sum, max)))
@@ -160,11 +168,12 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
         .fold(empty, |mut pass, chunk| {
             if known.is_some() {
                 for &v in chunk {
-                    pass.counts[buckets.of(v)] += 1;
+                    pass.counts[buckets.of(v.into())] += 1;
                 }
             } else {
                 let mut sum = 0u128;
                 for &v in chunk {
+                    let v: u64 = v.into();
                     sum += u128::from(v);
                     pass.max = pass.max.max(v);
                     pass.counts[buckets.of(v)] += 1;
@@ -217,7 +226,7 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
         .par_chunks(select_chunk(n))
         .fold(no_candidates, |mut candidates, chunk| {
             for &v in chunk {
-                if let Some(slot) = slot(buckets.of(v)) {
+                if let Some(slot) = slot(buckets.of(v.into())) {
                     candidates[slot].push(v);
                 }
             }
@@ -229,7 +238,7 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
         });
     let selected = targets
         .into_iter()
-        .map(|(slot, rank)| *candidates[slot].select_nth_unstable(rank).1)
+        .map(|(slot, rank)| (*candidates[slot].select_nth_unstable(rank).1).into())
         .collect();
     (sum, max, selected)
 }
@@ -240,12 +249,13 @@ fn select_ranks(values: &[u64], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
 /// cheaper than [`exact_summary_and_cdf`]'s bucketed selection, which is made for large groups and many ranks
 /// (a point's summary with a CDF's 200): Figure 16's aggregation (`bench/aggregate_100m.sh`, mode
 /// `fig16`, 9 632 blocks) spent 27 % of its profile selecting blocks by buckets and 15 % in place.
-pub(crate) fn exact_summary_in_place(values: &mut [u64]) -> Option<LatencySummary> {
+pub(crate) fn exact_summary_in_place<T: Latency>(values: &mut [T]) -> Option<LatencySummary> {
     let n = values.len();
     if n == 0 {
         return None;
     }
     let (sum, max) = values.iter().fold((0u128, 0u64), |(sum, max), &v| {
+        let v: u64 = v.into();
         (sum + u128::from(v), max.max(v))
     });
     let mut by_rank: Vec<(usize, usize)> = QUANTILES
@@ -258,7 +268,7 @@ pub(crate) fn exact_summary_in_place(values: &mut [u64]) -> Option<LatencySummar
     // Every value before `settled` is at most the one at `settled`, every value after it at least.
     let mut settled = 0;
     for (rank, column) in by_rank {
-        quantiles_ns[column] = *values[settled..].select_nth_unstable(rank - settled).1;
+        quantiles_ns[column] = (*values[settled..].select_nth_unstable(rank - settled).1).into();
         settled = rank;
     }
     Some(LatencySummary {
@@ -281,8 +291,8 @@ fn cdf_ranks(n: usize, points: usize) -> Vec<usize> {
 /// [`exact_summary`] of `values` and at most `points` (latency_us, fraction) pairs of their empirical CDF, from
 /// one selection: the i-th pair is the sample at rank ⌈i·n/points⌉ − 1 and the fraction of samples at or below
 /// that rank, so both columns are non-decreasing and the last pair is (max, 1).
-pub(crate) fn exact_summary_and_cdf(
-    values: &[u64],
+pub(crate) fn exact_summary_and_cdf<T: Latency>(
+    values: &[T],
     points: usize,
 ) -> (Option<LatencySummary>, Vec<(f64, f64)>) {
     let n = values.len();

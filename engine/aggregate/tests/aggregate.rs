@@ -2004,6 +2004,15 @@ mod by_thread {
                 }
                 samples
             }),
+            // A latency beyond 32 bits: the sidecar stores the column in 8 bytes, read into u64s.
+            ("wide latencies", {
+                let mut samples = client_samples(3, |t| 3_000 + u64::from(t), |_| 0);
+                for sample in samples.iter_mut().step_by(97) {
+                    sample.latency_last_piece_ns += 5_000_000_000;
+                    sample.latency_ns += 5_000_000_000;
+                }
+                samples
+            }),
         ];
         for (name, samples) in &cases {
             let (with, without) = both_ways(root, name, samples)?;

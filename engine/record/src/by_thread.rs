@@ -551,19 +551,34 @@ impl SamplesByThread {
         Ok(start + sends.partition_point(|&sent| sent < ns) as u64)
     }
 
+    /// The width in bytes `column` is stored in, if it is stored: a column of at most 4 bytes can be read
+    /// into `u32`s.
+    pub fn width(&self, column: SampleColumn) -> Option<u64> {
+        self.column_index(column).map(|c| self.widths[c].1)
+    }
+
     /// Reads the values of `column` at `rows` of thread `index` into `out` (as long as the range), checking
-    /// every page it touches.
-    pub fn read_rows(
+    /// every page it touches. Into `u64`s always; into `u32`s when the column is stored in at most 4 bytes
+    /// ([`SamplesByThread::width`]), which halves what the values take in memory.
+    pub fn read_rows<T: RowValue>(
         &self,
         index: usize,
         column: SampleColumn,
         rows: std::ops::Range<u64>,
-        out: &mut [u64],
+        out: &mut [T],
     ) -> Result<(), ByThreadError> {
         let thread = &self.directory.threads[index];
         let Some(c) = self.column_index(column) else {
             return Err(self.corrupt(format!("no column `{}`", column.name())));
         };
+        if self.widths[c].1 > T::MAX_WIDTH {
+            return Err(self.corrupt(format!(
+                "`{}` is stored in {} bytes, more than a {}-byte read holds",
+                column.name(),
+                self.widths[c].1,
+                T::MAX_WIDTH
+            )));
+        }
         if rows.end > thread.rows
             || rows.start > rows.end
             || out.len() as u64 != rows.end - rows.start
@@ -600,7 +615,7 @@ impl SamplesByThread {
             let from = (rows.start.max(page_start) - page_start) as usize;
             let to = (rows.end.min(page_start + page_len) - page_start) as usize;
             let target = &mut out[written..written + (to - from)];
-            widen(
+            T::widen(
                 &bytes[from * width as usize..to * width as usize],
                 width,
                 target,
@@ -617,29 +632,62 @@ impl SamplesByThread {
     }
 }
 
-/// Little-endian values of `width` bytes into u64s.
-fn widen(bytes: &[u8], width: u64, out: &mut [u64]) {
-    match width {
-        1 => out
-            .iter_mut()
-            .zip(bytes)
-            .for_each(|(o, &b)| *o = u64::from(b)),
-        2 => out
-            .iter_mut()
-            .zip(bytes.chunks_exact(2))
-            .for_each(|(o, b)| *o = u64::from(u16::from_le_bytes([b[0], b[1]]))),
-        4 => out
-            .iter_mut()
-            .zip(bytes.chunks_exact(4))
-            .for_each(|(o, b)| *o = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        _ => out
-            .iter_mut()
-            .zip(bytes.chunks_exact(8))
-            .for_each(|(o, b)| {
-                let mut value = [0u8; 8];
-                value.copy_from_slice(b);
-                *o = u64::from_le_bytes(value);
-            }),
+/// What [`SamplesByThread::read_rows`] reads values into.
+pub trait RowValue: Copy {
+    /// The widest stored column this type holds, in bytes.
+    const MAX_WIDTH: u64;
+
+    /// Little-endian values of `width` bytes (at most [`RowValue::MAX_WIDTH`]) into `out`.
+    fn widen(bytes: &[u8], width: u64, out: &mut [Self]);
+}
+
+impl RowValue for u64 {
+    const MAX_WIDTH: u64 = 8;
+
+    fn widen(bytes: &[u8], width: u64, out: &mut [u64]) {
+        match width {
+            1 => out
+                .iter_mut()
+                .zip(bytes)
+                .for_each(|(o, &b)| *o = u64::from(b)),
+            2 => out
+                .iter_mut()
+                .zip(bytes.chunks_exact(2))
+                .for_each(|(o, b)| *o = u64::from(u16::from_le_bytes([b[0], b[1]]))),
+            4 => out
+                .iter_mut()
+                .zip(bytes.chunks_exact(4))
+                .for_each(|(o, b)| *o = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+            _ => out
+                .iter_mut()
+                .zip(bytes.chunks_exact(8))
+                .for_each(|(o, b)| {
+                    let mut value = [0u8; 8];
+                    value.copy_from_slice(b);
+                    *o = u64::from_le_bytes(value);
+                }),
+        }
+    }
+}
+
+impl RowValue for u32 {
+    const MAX_WIDTH: u64 = 4;
+
+    fn widen(bytes: &[u8], width: u64, out: &mut [u32]) {
+        match width {
+            1 => out
+                .iter_mut()
+                .zip(bytes)
+                .for_each(|(o, &b)| *o = u32::from(b)),
+            2 => out
+                .iter_mut()
+                .zip(bytes.chunks_exact(2))
+                .for_each(|(o, b)| *o = u32::from(u16::from_le_bytes([b[0], b[1]]))),
+            _ => out
+                .iter_mut()
+                .zip(bytes.chunks_exact(4))
+                .for_each(|(o, b)| *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        }
     }
 }
 
@@ -789,6 +837,16 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{e}"));
                 let wanted: Vec<u64> = expected.iter().map(|r| r.value(column)).collect();
                 assert_eq!(values, wanted, "thread {thread}, {}", column.name());
+                // Into u32s exactly when the column is stored in at most 4 bytes (the latencies here need 5).
+                let mut narrow = vec![0u32; count as usize];
+                let read = file.read_rows(index, column, 0..count, &mut narrow);
+                match file.width(column) {
+                    Some(width) if width <= 4 => {
+                        assert!(read.is_ok(), "{}: {read:?}", column.name());
+                        assert!(narrow.iter().zip(&wanted).all(|(&n, &w)| u64::from(n) == w));
+                    }
+                    _ => assert!(read.is_err(), "{} read into u32s", column.name()),
+                }
             }
             // A range across a page boundary.
             if count > 4200 {
@@ -870,7 +928,7 @@ mod tests {
         let read_all = || -> Result<(), ByThreadError> {
             let file = open(dir.path())?;
             for (index, (_, count)) in file.threads().collect::<Vec<_>>().into_iter().enumerate() {
-                let mut out = vec![0; count as usize];
+                let mut out = vec![0u64; count as usize];
                 for column in STORED_COLUMNS {
                     file.read_rows(index, column, 0..count, &mut out)?;
                 }
