@@ -44,7 +44,7 @@ fn kept_ranges(file: &SamplesByThread, cuts: Cuts) -> Result<Vec<Range<u64>>, By
 }
 
 /// The values of `column` at `ranges` (one per thread), thread after thread, read in parallel.
-fn read_ranges<T: RowValue + Default + Send>(
+fn read_ranges<T: RowValue>(
     file: &SamplesByThread,
     column: SampleColumn,
     ranges: &[Range<u64>],
@@ -121,7 +121,7 @@ struct ThreadGroups {
 /// first reads slots and request sizes and gives each row its group, the second reads the latencies into
 /// each group's vector, made at its final size and cut into one slice per thread. Grouping the whole point
 /// on one core after reading it took 40 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
-fn read_trace_groups<T: RowValue + Default + Send + Sync>(
+fn read_trace_groups<T: RowValue>(
     file: &SamplesByThread,
     ranges: &[Range<u64>],
     latency: SampleColumn,
@@ -317,11 +317,11 @@ fn read_hdr(
 /// run by run, the blocks split into a few spans of time read side by side, each reading every thread's rows of
 /// its span in order. Reading both columns of the whole point into vectors and growing the blocks from them
 /// took three quarters of Figure 16's block statistics (`bench/aggregate_100m.sh`, mode `fig16`).
-pub(crate) fn read_blocks(
+pub(crate) fn read_blocks<T: RowValue>(
     file: &SamplesByThread,
     query: &SampleQuery,
     block_ns: u64,
-) -> Result<BTreeMap<u64, Vec<u64>>, ByThreadError> {
+) -> Result<BTreeMap<u64, Vec<T>>, ByThreadError> {
     let ranges = kept_ranges(file, query.cuts)?;
     let block_ns = block_ns.max(1);
     let starts: Vec<Vec<(u64, u64)>> = ranges
@@ -351,10 +351,10 @@ pub(crate) fn read_blocks(
     let total: usize = sizes.values().sum();
     let spans = block_spans(&sizes, total.div_ceil(rayon::current_num_threads().max(1)));
     let latency = query.latency.column();
-    let filled: Vec<Vec<(u64, Vec<u64>)>> = spans
+    let filled: Vec<Vec<(u64, Vec<T>)>> = spans
         .par_iter()
         .map(|span| {
-            let mut blocks: Vec<(u64, Vec<u64>)> = span
+            let mut blocks: Vec<(u64, Vec<T>)> = span
                 .iter()
                 .map(|(&block, &size)| (block, Vec::with_capacity(size)))
                 .collect();
@@ -362,7 +362,7 @@ pub(crate) fn read_blocks(
                 (Some(first), Some(last)) => (first.0, last.0),
                 _ => return Ok(blocks),
             };
-            let mut batch = vec![0u64; BLOCK_BATCH_ROWS as usize];
+            let mut batch = vec![T::default(); BLOCK_BATCH_ROWS as usize];
             for (index, thread_runs) in runs.iter().enumerate() {
                 // This thread's runs in the span: consecutive rows, read a batch at a time (a read checks whole
                 // pages, so reading run by run would check each page many times).

@@ -158,7 +158,7 @@ pub use spec::{
     DeriveStep, LatencyField, ScaleBy, StatsKind,
 };
 
-use quantile::{LatencySummary, QUANTILES, exact_summary_and_cdf, exact_summary_in_place};
+use quantile::{LatencySummary, QUANTILES, exact_summary_and_cdf};
 use rayon::prelude::*;
 use samples::{GroupKey, GroupLatencies, SampleQuery, read_point};
 
@@ -559,13 +559,9 @@ fn blocks_table(
         if samples::row_count(&path)? > spec.exact_max_samples() {
             continue;
         }
-        // Blocks are small (a few thousand samples): one selection each, many at once.
-        let blocks: Vec<(u64, Option<LatencySummary>)> =
-            samples::read_blocks(&path, &query, block_ms * 1_000_000, notes)?
-                .into_par_iter()
-                .map(|(block, mut latencies)| (block, exact_summary_in_place(&mut latencies)))
-                .collect();
-        for (block, summary) in blocks {
+        for (block, summary) in
+            samples::block_summaries(&path, &query, block_ms * 1_000_000, notes)?
+        {
             let mut row = label_cells(point, labels);
             row.push(Cell::Num((block * block_ms) as f64));
             row.extend(latency_cells(summary.as_ref()));

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
-use fracflow_record::by_thread::{ByThreadError, SamplesByThread, sidecar_path};
+use fracflow_record::by_thread::{ByThreadError, RowValue, SamplesByThread, sidecar_path};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::by_thread;
 use crate::error::AggregateError;
-use crate::quantile::HdrAccumulator;
+use crate::quantile::{HdrAccumulator, Latency, LatencySummary, exact_summary_in_place};
 use crate::spec::{Cuts, LatencyField};
 
 /// Rows per decoded batch: large enough that per-batch overhead vanishes, small enough to stay in cache.
@@ -823,22 +823,50 @@ pub(crate) fn row_count(path: &Path) -> Result<u64, AggregateError> {
         .sum())
 }
 
-/// One point's kept latencies (ns) by block: samples sent in `[b·block_ns, (b+1)·block_ns)` form block `b`. The
-/// cuts are the summary's (the `skip_s` send-time cut, then each thread's first ⌊kept · drop_fraction⌋ in seq
-/// order), so the blocks partition exactly the samples the point's summary row is over. The rows are held
-/// in memory (24 bytes each); the caller reads blocks only for points on the exact path.
-pub(crate) fn read_blocks(
+/// One point's exact summary per block, in block order: samples sent in `[b·block_ns, (b+1)·block_ns)` form
+/// block `b`. The cuts are the summary's (the `skip_s` send-time cut, then each thread's first
+/// ⌊kept · drop_fraction⌋ in seq order), so the blocks partition exactly the samples the point's summary row
+/// is over. The point's kept samples are held in memory; the caller reads blocks only for points on the exact
+/// path.
+pub(crate) fn block_summaries(
     path: &Path,
     query: &SampleQuery,
     block_ns: u64,
     notes: &mut Vec<String>,
-) -> Result<BTreeMap<u64, Vec<u64>>, AggregateError> {
+) -> Result<Vec<(u64, Option<LatencySummary>)>, AggregateError> {
     if let Some(file) = sidecar(path, notes) {
-        match by_thread::read_blocks(&file, query, block_ns) {
-            Ok(blocks) => return Ok(blocks),
+        let summaries = if file
+            .width(query.latency.column())
+            .is_some_and(|width| width <= u32::MAX_WIDTH)
+        {
+            by_thread::read_blocks::<u32>(&file, query, block_ns).map(summarize_blocks)
+        } else {
+            by_thread::read_blocks::<u64>(&file, query, block_ns).map(summarize_blocks)
+        };
+        match summaries {
+            Ok(summaries) => return Ok(summaries),
             Err(e) => notes.push(fallback_note(path, &e)),
         }
     }
+    read_blocks(path, query, block_ns).map(summarize_blocks)
+}
+
+/// Each block's exact summary. Blocks are small (a few thousand samples): one selection each, many at once.
+fn summarize_blocks<T: Latency>(
+    blocks: BTreeMap<u64, Vec<T>>,
+) -> Vec<(u64, Option<LatencySummary>)> {
+    blocks
+        .into_par_iter()
+        .map(|(block, mut latencies)| (block, exact_summary_in_place(&mut latencies)))
+        .collect()
+}
+
+/// [`block_summaries`]' blocks, from the Parquet file.
+fn read_blocks(
+    path: &Path,
+    query: &SampleQuery,
+    block_ns: u64,
+) -> Result<BTreeMap<u64, Vec<u64>>, AggregateError> {
     let file = SamplesFile::open(path, query)?;
     let skip_ns = query.cuts.skip_ns;
     let mut rows: Vec<(u32, u64, u64, u64)> = Vec::new();

@@ -633,7 +633,7 @@ impl SamplesByThread {
 }
 
 /// What [`SamplesByThread::read_rows`] reads values into.
-pub trait RowValue: Copy {
+pub trait RowValue: Copy + Default + Send + Sync {
     /// The widest stored column this type holds, in bytes.
     const MAX_WIDTH: u64;
 
