@@ -6,13 +6,15 @@
 # sidecars: what a point written before the sidecar existed costs), and polars. Each runs in its own process under
 # GNU time; the table shows rows, seconds of aggregation (start-up excluded), M rows/s, peak RSS, the
 # throughput relative to polars in the same mode, and the process's CPU seconds (user + system, start-up
-# included: on a shared machine the wall time moves with the other load, the CPU time much less).
+# included: on a shared machine the wall time moves with the other load, the CPU time much less). Each reader
+# runs REPEATS times (default 3): the table shows the run of median seconds and the largest peak RSS.
 # Goal (issue 14): >= 150 M rows/s, >= 4x polars and < 1 GiB peak RSS in every mode.
 # Usage: bench/aggregate_100m.sh [POINTS [ROWS_PER_POINT [DATA_DIR]]]   (default 32 × 3 125 000 = 100 M rows)
 # The data (about 2.6 GB: 0.8 GB of Parquet, 1.8 GB of sidecars) is generated once into DATA_DIR (default
 # $TMPDIR/fracflow-aggbench-v2-POINTSxROWS) and kept.
 set -euo pipefail
 points=${1:-32}
+repeats=${REPEATS:-3}
 rows_per_point=${2:-3125000}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 data=${3:-${TMPDIR:-/tmp}/fracflow-aggbench-v2-${points}x${rows_per_point}}
@@ -41,6 +43,7 @@ cat "$data/generate.txt"
 cat "$data"/point_*/samples.* > /dev/null
 
 echo "host: $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "runs per reader: $repeats (the run of median seconds is shown)"
 results=$(mktemp)
 trap 'rm -f "$results" "$results".*' EXIT
 for mode in skip all warmup fig16 trace; do
@@ -50,12 +53,19 @@ for mode in skip all warmup fig16 trace; do
       parquet) args=(ours-$mode "$data/parquet-only") ;;
       polars) args=(polars-$mode "$data") ;;
     esac
-    /usr/bin/time -v "$exe" "${args[@]}" > "$results.out" 2> "$results.time" ||
-      { cat "$results.time" >&2; exit 1; }
-    rss_kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$results.time")
-    cpu=$(awk -F': ' '/(User|System) time \(seconds\)/ { sum += $2 } END { print sum }' "$results.time")
-    read -r _ rows seconds < "$results.out"
-    echo "$mode $reader $rows $seconds $rss_kb $cpu" >> "$results"
+    : > "$results.runs"
+    for ((run = 0; run < repeats; run++)); do
+      /usr/bin/time -v "$exe" "${args[@]}" > "$results.out" 2> "$results.time" ||
+        { cat "$results.time" >&2; exit 1; }
+      rss_kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$results.time")
+      cpu=$(awk -F': ' '/(User|System) time \(seconds\)/ { sum += $2 } END { print sum }' "$results.time")
+      read -r _ rows seconds < "$results.out"
+      echo "$rows $seconds $rss_kb $cpu" >> "$results.runs"
+    done
+    # The run of median seconds (its CPU time with it), and the largest peak RSS of all runs.
+    max_rss=$(awk '$3 > m { m = $3 } END { print m }' "$results.runs")
+    sort -k2,2g "$results.runs" | awk -v n="$repeats" -v mode="$mode" -v reader="$reader" -v rss="$max_rss" \
+      'NR == int((n + 1) / 2) { print mode, reader, $1, $2, rss, $4 }' >> "$results"
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
