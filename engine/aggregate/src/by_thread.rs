@@ -68,7 +68,7 @@ fn read_ranges<T: RowValue>(
 }
 
 /// Whether `column` is stored in at most 4 bytes, so that its values are read into `u32`s.
-fn narrow(file: &SamplesByThread, column: SampleColumn) -> bool {
+pub(crate) fn narrow(file: &SamplesByThread, column: SampleColumn) -> bool {
     file.width(column)
         .is_some_and(|width| width <= u32::MAX_WIDTH)
 }

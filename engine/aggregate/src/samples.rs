@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, RecordBatch, UInt32Array, UInt64Array};
 use fracflow_record::SampleColumn;
-use fracflow_record::by_thread::{ByThreadError, RowValue, SamplesByThread, sidecar_path};
+use fracflow_record::by_thread::{ByThreadError, SamplesByThread, sidecar_path};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -835,10 +835,7 @@ pub(crate) fn block_summaries(
     notes: &mut Vec<String>,
 ) -> Result<Vec<(u64, Option<LatencySummary>)>, AggregateError> {
     if let Some(file) = sidecar(path, notes) {
-        let summaries = if file
-            .width(query.latency.column())
-            .is_some_and(|width| width <= u32::MAX_WIDTH)
-        {
+        let summaries = if by_thread::narrow(&file, query.latency.column()) {
             by_thread::read_blocks::<u32>(&file, query, block_ns).map(summarize_blocks)
         } else {
             by_thread::read_blocks::<u64>(&file, query, block_ns).map(summarize_blocks)

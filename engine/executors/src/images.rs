@@ -167,17 +167,28 @@ pub fn apply(
         root, testbed, kind, images, overrides, &mut nodes, needed, session, products, refusals,
         choice,
     );
-    *graph = fracflow_core::Graph::build(nodes).map_err(|errors| {
-        vec![format!(
+    // The graph is built again from the rewritten nodes, after a refusal too (when they still form one), so
+    // that a caller reporting the refusal still has the pipeline; a refusal is the answer either way.
+    match (rewritten, fracflow_core::Graph::build(nodes)) {
+        (Ok(choice), Ok(rebuilt)) => {
+            *graph = rebuilt;
+            Ok(choice)
+        }
+        (Ok(_), Err(errors)) => Err(vec![format!(
             "the pipeline with the pinned images is not a DAG: {}",
             errors
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ")
-        )]
-    })?;
-    rewritten
+        )]),
+        (Err(refusals), rebuilt) => {
+            if let Ok(rebuilt) = rebuilt {
+                *graph = rebuilt;
+            }
+            Err(refusals)
+        }
+    }
 }
 
 /// [`apply`]'s rewrite of `nodes` (declaration order), once some needed node is an image or partials.
