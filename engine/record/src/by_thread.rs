@@ -645,28 +645,16 @@ impl RowValue for u64 {
     const MAX_WIDTH: u64 = 8;
 
     fn widen(bytes: &[u8], width: u64, out: &mut [u64]) {
-        match width {
-            1 => out
-                .iter_mut()
-                .zip(bytes)
-                .for_each(|(o, &b)| *o = u64::from(b)),
-            2 => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(2))
-                .for_each(|(o, b)| *o = u64::from(u16::from_le_bytes([b[0], b[1]]))),
-            4 => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(4))
-                .for_each(|(o, b)| *o = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-            _ => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(8))
-                .for_each(|(o, b)| {
-                    let mut value = [0u8; 8];
-                    value.copy_from_slice(b);
-                    *o = u64::from_le_bytes(value);
-                }),
+        if width < 8 {
+            return widen_narrow(bytes, width, out);
         }
+        out.iter_mut()
+            .zip(bytes.chunks_exact(8))
+            .for_each(|(o, b)| {
+                let mut value = [0u8; 8];
+                value.copy_from_slice(b);
+                *o = u64::from_le_bytes(value);
+            });
     }
 }
 
@@ -674,20 +662,25 @@ impl RowValue for u32 {
     const MAX_WIDTH: u64 = 4;
 
     fn widen(bytes: &[u8], width: u64, out: &mut [u32]) {
-        match width {
-            1 => out
-                .iter_mut()
-                .zip(bytes)
-                .for_each(|(o, &b)| *o = u32::from(b)),
-            2 => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(2))
-                .for_each(|(o, b)| *o = u32::from(u16::from_le_bytes([b[0], b[1]]))),
-            _ => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(4))
-                .for_each(|(o, b)| *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        }
+        widen_narrow(bytes, width, out);
+    }
+}
+
+/// Little-endian values of 1, 2 or 4 bytes (`width`; the layout check admits no other below 8) into `out`.
+fn widen_narrow<T: From<u32>>(bytes: &[u8], width: u64, out: &mut [T]) {
+    match width {
+        1 => out
+            .iter_mut()
+            .zip(bytes)
+            .for_each(|(o, &b)| *o = T::from(u32::from(b))),
+        2 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(o, b)| *o = T::from(u32::from(u16::from_le_bytes([b[0], b[1]])))),
+        _ => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(4))
+            .for_each(|(o, b)| *o = T::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
     }
 }
 
