@@ -554,27 +554,12 @@ mod samples {
                 &[point(dir, &[])],
                 &tmp.path().join("out"),
             )?;
-            let summary = &result.tables["summary"];
             latencies.sort_unstable();
-            let n = latencies.len();
-            for (column, q) in [
-                ("p25_us", 0.25),
-                ("median_us", 0.5),
-                ("p75_us", 0.75),
-                ("p90_us", 0.9),
-                ("p95_us", 0.95),
-                ("p99_us", 0.99),
-            ] {
-                let expected = latencies[((n - 1) as f64 * q).round() as usize] as f64 / 1e3;
-                assert_eq!(
-                    summary.get(0, column),
-                    Some(&num(expected)),
-                    "{column} with outlier {outlier:?}"
-                );
-            }
-            assert_eq!(
-                summary.get(0, "max_us"),
-                Some(&num(latencies[n - 1] as f64 / 1e3))
+            assert_sorted_ranks(
+                &result.tables["summary"],
+                0,
+                &latencies,
+                &format!("outlier {outlier:?}"),
             );
         }
         Ok(())
@@ -614,30 +599,36 @@ mod samples {
         assert_eq!(blocks.rows.len(), expected.len());
         for (row, (block, mut values)) in expected.into_iter().enumerate() {
             values.sort_unstable();
-            let n = values.len();
             assert_eq!(blocks.get(row, "block_ms"), Some(&num((block * 10) as f64)));
-            assert_eq!(blocks.get(row, "requests"), Some(&num(n as f64)));
-            for (column, q) in [
-                ("p25_us", 0.25),
-                ("median_us", 0.5),
-                ("p75_us", 0.75),
-                ("p90_us", 0.9),
-                ("p95_us", 0.95),
-                ("p99_us", 0.99),
-            ] {
-                let expected = values[((n - 1) as f64 * q).round() as usize] as f64 / 1e3;
-                assert_eq!(
-                    blocks.get(row, column),
-                    Some(&num(expected)),
-                    "{column} of block {block}"
-                );
-            }
-            assert_eq!(
-                blocks.get(row, "max_us"),
-                Some(&num(values[n - 1] as f64 / 1e3))
-            );
+            assert_eq!(blocks.get(row, "requests"), Some(&num(values.len() as f64)));
+            assert_sorted_ranks(blocks, row, &values, &format!("block {block}"));
         }
         Ok(())
+    }
+
+    /// Row `row` of `table` has the quantiles (nearest rank, round((n−1)·q)) and the maximum of `sorted`, in µs.
+    fn assert_sorted_ranks(table: &Table, row: usize, sorted: &[u64], context: &str) {
+        let n = sorted.len();
+        for (column, q) in [
+            ("p25_us", 0.25),
+            ("median_us", 0.5),
+            ("p75_us", 0.75),
+            ("p90_us", 0.9),
+            ("p95_us", 0.95),
+            ("p99_us", 0.99),
+        ] {
+            let expected = sorted[((n - 1) as f64 * q).round() as usize] as f64 / 1e3;
+            assert_eq!(
+                table.get(row, column),
+                Some(&num(expected)),
+                "{column}, {context}"
+            );
+        }
+        assert_eq!(
+            table.get(row, "max_us"),
+            Some(&num(sorted[n - 1] as f64 / 1e3)),
+            "max_us, {context}"
+        );
     }
 
     #[test]
