@@ -2021,6 +2021,57 @@ mod by_thread {
         Ok(())
     }
 
+    /// A sidecar whose checksums hold but whose send times decrease within a thread (a writer that broke the
+    /// format's promise, which no checksum catches) gives no blocks: the Parquet file's are used, and the note
+    /// says why.
+    #[test]
+    fn blocks_from_a_sidecar_whose_send_times_decrease_come_from_the_parquet_file() -> TestResult {
+        use fracflow_record::by_thread::{Directory, page_checksum};
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path();
+        let json = r#"{"stats":"samples","skip_s":0.5,"blocks_ms":100}"#;
+        let samples = client_samples(1, |_| 5_000, |_| 0);
+        let (with, without) = both_ways(root, "point", &samples)?;
+        let expected = run(root, json, std::slice::from_ref(&without))?.tables;
+        // Thread 0's row 4500 (on its second page, past the cut's page) sent at 0, its page checksum and the
+        // directory's made to match.
+        let sidecar = with.dir.join(SAMPLES_BY_THREAD_FILE);
+        let mut bytes = std::fs::read(&sidecar)?;
+        let length = bytes.len();
+        let directory_length =
+            u64::from_le_bytes(bytes[length - 48..length - 40].try_into()?) as usize;
+        let directory_start = length - 48 - directory_length;
+        let mut directory: Directory =
+            serde_json::from_slice(&bytes[directory_start..length - 48])?;
+        let page_rows = directory.page_rows as usize;
+        let offset = directory.threads[0].offset as usize;
+        let row = 4_500;
+        bytes[offset + row * 8..offset + row * 8 + 8].copy_from_slice(&0u64.to_le_bytes());
+        let page = row / page_rows;
+        let page_start = offset + page * page_rows * 8;
+        let page_end = offset + (5_000 * 8).min((page + 1) * page_rows * 8);
+        directory.threads[0].checksums[page] = page_checksum(&bytes[page_start..page_end]);
+        let listing = serde_json::to_vec(&directory)?;
+        bytes.truncate(directory_start);
+        bytes.extend_from_slice(&listing);
+        bytes.extend_from_slice(&(listing.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(blake3::hash(&listing).as_bytes());
+        bytes.extend_from_slice(b"FRFLSBT\0");
+        std::fs::write(&sidecar, &bytes)?;
+
+        let result = run(root, json, std::slice::from_ref(&with))?;
+        assert_eq!(result.tables["blocks"], expected["blocks"]);
+        assert!(
+            result
+                .notes
+                .iter()
+                .any(|n| n.contains("thread 0: send times decrease") && n.contains("instead")),
+            "{:?}",
+            result.notes
+        );
+        Ok(())
+    }
+
     #[test]
     fn a_stale_corrupt_or_unindexed_sidecar_is_not_used_and_says_why() -> TestResult {
         let tmp = tempfile::tempdir()?;
