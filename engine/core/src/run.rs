@@ -21,6 +21,11 @@ const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
 /// a few hundred ms, and one more rewrite of a 3 MB manifest was a twentieth of it. Hits are in the event
 /// journal at once (`status` reads that), and a run cut off meanwhile finds them in the cache again.
 const HITS_MANIFEST_INTERVAL: Duration = Duration::from_secs(2);
+/// After a checkpoint, the next waits at least this many times as long as making that one's bytes took, on top of
+/// the intervals above. Making the bytes of a manifest is linear in the pipeline's size and happens on the
+/// scheduler's thread: for a million-point sweep it took seconds, and at one every 200 ms the thread did nothing
+/// else (530 nodes built in four minutes). This keeps it to a fiftieth of the thread whatever the size.
+const CHECKPOINT_COST_FACTOR: u32 = 50;
 /// Below this many nodes the manifest is written indented, to be read by eye.
 const SMALL_PIPELINE: usize = 1000;
 
@@ -125,6 +130,9 @@ pub struct RunDir {
     /// [`RunDir::event`]).
     pending_hits: Vec<Event>,
     last_manifest_write: Instant,
+    /// How long after `last_manifest_write` the next checkpoint may be made at the earliest, from what the last
+    /// one cost (see [`CHECKPOINT_COST_FACTOR`]).
+    checkpoint_spacing: Duration,
     /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
     /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
     deferred: HashMap<String, Hit>,
@@ -228,6 +236,7 @@ impl RunDir {
             files,
             pending_hits: Vec::new(),
             last_manifest_write: Instant::now(),
+            checkpoint_spacing: Duration::ZERO,
             deferred: HashMap::new(),
             previous: None,
         })
@@ -474,7 +483,8 @@ impl RunDir {
     }
 
     /// The manifest as it stands, when its last write is old enough: `ran` (a node finished or failed) at most
-    /// every `MANIFEST_INTERVAL`, a cache hit at most every `HITS_MANIFEST_INTERVAL`. The caller writes it
+    /// every `MANIFEST_INTERVAL`, a cache hit at most every `HITS_MANIFEST_INTERVAL`, and never sooner than
+    /// [`CHECKPOINT_COST_FACTOR`] times what making the last one took. The caller writes it
     /// ([`Checkpoint::write`]) off the scheduler's thread, since the write syncs.
     pub fn checkpoint(&mut self, ran: bool, graph: &Graph) -> io::Result<Option<Checkpoint>> {
         let interval = if ran {
@@ -482,15 +492,18 @@ impl RunDir {
         } else {
             HITS_MANIFEST_INTERVAL
         };
-        if self.last_manifest_write.elapsed() < interval {
+        if self.last_manifest_write.elapsed() < interval.max(self.checkpoint_spacing) {
             return Ok(None);
         }
-        self.last_manifest_write = Instant::now();
+        let making = Instant::now();
         self.fill_params(graph);
+        let bytes = self.manifest_bytes(ManifestForm::Whole)?;
+        self.last_manifest_write = Instant::now();
+        self.checkpoint_spacing = (self.last_manifest_write - making) * CHECKPOINT_COST_FACTOR;
         Ok(Some(Checkpoint {
             files: self.files.clone(),
             path: self.dir.join(MANIFEST_FILE),
-            bytes: self.manifest_bytes(ManifestForm::Whole)?,
+            bytes,
         }))
     }
 
@@ -723,6 +736,49 @@ fn replace_with_link(files: &Files, dir: &Path, name: &str, target: &Path) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn meta() -> RunMeta {
+        RunMeta {
+            engine_version: "test".to_owned(),
+            command: vec!["fracflow".to_owned(), "run".to_owned()],
+            host: "test-host".to_owned(),
+            testbed: "emulated".to_owned(),
+            variant: None,
+            testbed_profile: serde_json::Value::Null,
+            git: None,
+        }
+    }
+
+    /// The clock is moved by rewriting when the last checkpoint was made, never by sleeping.
+    #[test]
+    fn a_checkpoint_waits_for_its_interval_and_for_what_the_last_one_cost() -> io::Result<()> {
+        let top = tempfile::tempdir()?;
+        let mut run = RunDir::create(&top.path().join("results"), "test", &meta())?;
+        let graph = Graph::default();
+        let ago = |run: &mut RunDir, since: Duration| {
+            run.last_manifest_write = Instant::now()
+                .checked_sub(since)
+                .expect("the clock is past the interval");
+        };
+        // Within the interval after the run's first write: none. Past it: one, which sets the spacing.
+        ago(&mut run, MANIFEST_INTERVAL / 2);
+        assert!(run.checkpoint(true, &graph)?.is_none());
+        ago(&mut run, MANIFEST_INTERVAL);
+        assert!(run.checkpoint(true, &graph)?.is_some());
+        // A last checkpoint that cost a second holds the next one back for fifty, past every interval.
+        run.checkpoint_spacing = Duration::from_secs(1) * CHECKPOINT_COST_FACTOR;
+        ago(&mut run, HITS_MANIFEST_INTERVAL * 2);
+        assert!(run.checkpoint(true, &graph)?.is_none());
+        assert!(run.checkpoint(false, &graph)?.is_none());
+        let spacing = run.checkpoint_spacing;
+        ago(&mut run, spacing);
+        assert!(run.checkpoint(true, &graph)?.is_some());
+        // That one cost what an empty manifest costs: far below the interval, which governs again.
+        assert!(run.checkpoint_spacing < MANIFEST_INTERVAL);
+        ago(&mut run, MANIFEST_INTERVAL);
+        assert!(run.checkpoint(true, &graph)?.is_some());
+        Ok(())
+    }
 
     #[test]
     fn each_variant_and_testbed_has_its_own_latest_link() {
