@@ -114,7 +114,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::run::{RunDir, RunMeta};
+    use crate::run::{RunDir, test_meta};
     use crate::spec::{NodeSpec, Origin};
 
     fn node(id: &str, deps: &[&str]) -> NodeSpec {
@@ -135,21 +135,9 @@ mod tests {
         }
     }
 
-    fn meta() -> RunMeta {
-        RunMeta {
-            engine_version: "test".to_owned(),
-            command: vec!["fracflow".to_owned(), "run".to_owned()],
-            host: "test-host".to_owned(),
-            testbed: "emulated".to_owned(),
-            variant: None,
-            testbed_profile: serde_json::Value::Null,
-            git: None,
-        }
-    }
-
     /// One run of `pipeline` whose node `a` has `key`.
     fn run_with_key(results: &Path, pipeline: &str, key: &str) -> io::Result<PathBuf> {
-        let mut run = RunDir::create(results, pipeline, &meta())?;
+        let mut run = RunDir::create(results, pipeline, &test_meta())?;
         run.record_mut("a", "command").key = Some(key.to_owned());
         run.write_manifest()?;
         Ok(run.dir().to_owned())
@@ -177,7 +165,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let results = dir.path().join("results");
         let full = run_with_key(&results, "demo", "full")?;
-        let mut smoke = meta();
+        let mut smoke = test_meta();
         smoke.variant = Some("smoke".to_owned());
         for key in ["smoke-1", "smoke-2", "smoke-3"] {
             let mut run = RunDir::create(&results, "demo", &smoke)?;

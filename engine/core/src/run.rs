@@ -733,27 +733,29 @@ fn replace_with_link(files: &Files, dir: &Path, name: &str, target: &Path) -> io
     files.rename(&tmp, &dir.join(name))
 }
 
+/// The facts of a plain `fracflow run` on the emulated testbed, for this crate's tests.
+#[cfg(test)]
+pub(crate) fn test_meta() -> RunMeta {
+    RunMeta {
+        engine_version: "test".to_owned(),
+        command: vec!["fracflow".to_owned(), "run".to_owned()],
+        host: "test-host".to_owned(),
+        testbed: "emulated".to_owned(),
+        variant: None,
+        testbed_profile: serde_json::Value::Null,
+        git: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn meta() -> RunMeta {
-        RunMeta {
-            engine_version: "test".to_owned(),
-            command: vec!["fracflow".to_owned(), "run".to_owned()],
-            host: "test-host".to_owned(),
-            testbed: "emulated".to_owned(),
-            variant: None,
-            testbed_profile: serde_json::Value::Null,
-            git: None,
-        }
-    }
 
     /// The clock is moved by rewriting when the last checkpoint was made, never by sleeping.
     #[test]
     fn a_checkpoint_waits_for_its_interval_and_for_what_the_last_one_cost() -> io::Result<()> {
         let top = tempfile::tempdir()?;
-        let mut run = RunDir::create(&top.path().join("results"), "test", &meta())?;
+        let mut run = RunDir::create(&top.path().join("results"), "test", &test_meta())?;
         let graph = Graph::default();
         let ago = |run: &mut RunDir, since: Duration| {
             run.last_manifest_write = Instant::now()
