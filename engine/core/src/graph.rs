@@ -1,6 +1,8 @@
 //! The pipeline as a petgraph DAG: edges point from a dependency to its dependent.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use foldhash::{HashMap, HashMapExt};
 
 use petgraph::Direction;
 use petgraph::algo::tarjan_scc;

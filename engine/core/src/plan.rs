@@ -1,6 +1,6 @@
 //! `plan` and `why`: what a run would do and why, computed from the cache without touching anything.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use petgraph::graph::NodeIndex;
 use serde::Serialize;

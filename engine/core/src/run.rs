@@ -1,6 +1,8 @@
 //! A run's directory under `results/<pipeline>/<run-id>/`: manifest, events, logs and output views.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! listing of its shard once a run asks about that shard again, for shards of up to 1 024 files
 //! ([`StoreDir::holds_file`]): a 10 000-node no-op checks 10 000 blobs in 256 shards.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};

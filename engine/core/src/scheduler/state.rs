@@ -11,7 +11,9 @@
 //! Waiting | Ready | Queued ─(a dependency failed, or the run stopped)→ Skipped
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
