@@ -41,6 +41,9 @@ const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3
 /// How many past durations a node pointer keeps for estimates.
 const DURATION_HISTORY: usize = 9;
 
+/// A node's output files by name.
+pub type Outputs = crate::sortedmap::SortedMap<BlobRef>;
+
 /// One stored output file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobRef {
@@ -55,7 +58,7 @@ pub struct CacheEntry {
     pub key: String,
     pub node: String,
     pub fingerprint: Fingerprint,
-    pub outputs: BTreeMap<String, BlobRef>,
+    pub outputs: Outputs,
     pub metrics: BTreeMap<String, serde_json::Value>,
     /// The node's log of the run that produced it.
     pub log: Option<BlobRef>,
@@ -70,7 +73,7 @@ pub struct CacheEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
     pub key: String,
-    pub outputs: BTreeMap<String, BlobRef>,
+    pub outputs: Outputs,
     pub metrics: BTreeMap<String, serde_json::Value>,
     pub log: Option<BlobRef>,
     pub output_hash: String,
@@ -177,10 +180,7 @@ enum BlobFetch {
 }
 
 /// Hash of a node's result as its dependents see it.
-pub fn output_hash(
-    outputs: &BTreeMap<String, BlobRef>,
-    metrics: &BTreeMap<String, serde_json::Value>,
-) -> String {
+pub fn output_hash(outputs: &Outputs, metrics: &BTreeMap<String, serde_json::Value>) -> String {
     let mut hasher = blake3::Hasher::new();
     for (name, blob) in outputs {
         hasher.update(name.as_bytes());
@@ -390,7 +390,7 @@ impl Cache {
     }
 
     /// Every blob an entry names is in the store.
-    fn blobs_exist(&self, outputs: &BTreeMap<String, BlobRef>, log: Option<&BlobRef>) -> bool {
+    fn blobs_exist(&self, outputs: &Outputs, log: Option<&BlobRef>) -> bool {
         outputs.values().chain(log).all(|b| {
             let (head, tail) = split(&b.hash);
             self.blob_store.holds_file(head, tail)
@@ -674,7 +674,7 @@ impl Cache {
             produced.push((name.clone(), path));
         }
         let mut files = BTreeMap::new();
-        let mut stored = BTreeMap::new();
+        let mut stored = Outputs::new();
         for (copies, (name, path)) in produced.into_iter().enumerate() {
             let private = self.private_file(staging, &path, copies)?;
             let blob = BlobRef {
@@ -1478,8 +1478,8 @@ mod tests {
             version: 1,
             kind: "test".into(),
             kind_version: 1,
-            config: BTreeMap::new(),
-            point: BTreeMap::new(),
+            config: crate::Settings::new(),
+            point: crate::Settings::new(),
             outputs: vec!["out".into()],
             inputs: BTreeMap::new(),
             upstream: BTreeMap::new(),

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::Settings;
+
 /// Bump when the meaning of any field changes: every key changes with it, so old entries are never misread.
 pub const FINGERPRINT_VERSION: u32 = 1;
 
@@ -14,9 +16,9 @@ pub struct Fingerprint {
     pub kind: String,
     pub kind_version: u32,
     /// Resolved kind settings (command line, environment, …).
-    pub config: BTreeMap<String, serde_json::Value>,
+    pub config: Settings,
     /// Sweep coordinates of the instance.
-    pub point: BTreeMap<String, serde_json::Value>,
+    pub point: Settings,
     /// Declared output names.
     pub outputs: Vec<String>,
     /// Input file (relative to the project root) → blake3 of its content.
@@ -159,9 +161,14 @@ impl CanonicalJson {
         self.0.push('"');
     }
 
-    fn object<V>(&mut self, map: &BTreeMap<String, V>, value: impl Fn(&mut Self, &V)) {
+    /// `entries` sorted by key, as both map types of [`Fingerprint`] iterate.
+    fn object<'a, V: 'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+        value: impl Fn(&mut Self, &V),
+    ) {
         self.0.push('{');
-        for (position, (key, inner)) in map.iter().enumerate() {
+        for (position, (key, inner)) in entries.into_iter().enumerate() {
             if position > 0 {
                 self.0.push(',');
             }
@@ -186,9 +193,12 @@ impl CanonicalJson {
 
 fn flatten(fingerprint: &Fingerprint) -> BTreeMap<String, String> {
     use serde_json::Value;
-    fn object<V: Clone + Into<Value>>(map: &BTreeMap<String, V>) -> Value {
+    fn object<'a, V: Clone + Into<Value> + 'a>(
+        entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+    ) -> Value {
         Value::Object(
-            map.iter()
+            entries
+                .into_iter()
                 .map(|(key, value)| (key.clone(), value.clone().into()))
                 .collect(),
         )
@@ -255,8 +265,8 @@ mod tests {
             version: FINGERPRINT_VERSION,
             kind: "command".into(),
             kind_version: 1,
-            config: BTreeMap::from([("run".into(), serde_json::json!("echo hi"))]),
-            point: BTreeMap::new(),
+            config: crate::Settings::from([("run".into(), serde_json::json!("echo hi"))]),
+            point: crate::Settings::new(),
             outputs: vec!["out.txt".into()],
             inputs: BTreeMap::from([("a.txt".into(), "aa".into())]),
             upstream: BTreeMap::new(),

@@ -111,7 +111,6 @@ fn with_path(path: &Path, error: io::Error) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::run::{RunDir, test_meta};
@@ -122,8 +121,8 @@ mod tests {
             id: id.to_owned(),
             name: id.to_owned(),
             kind: "command".to_owned(),
-            config: BTreeMap::new(),
-            point: BTreeMap::new(),
+            config: crate::Settings::new(),
+            point: crate::Settings::new(),
             deps: deps.iter().map(|d| (*d).to_owned()).collect(),
             inputs: Vec::new(),
             outputs: Vec::new(),

@@ -255,7 +255,7 @@ mod tests {
     fn hit(key: &str) -> Hit {
         Hit {
             key: key.to_owned(),
-            outputs: BTreeMap::new(),
+            outputs: crate::cache::Outputs::new(),
             metrics: BTreeMap::new(),
             log: None,
             output_hash: format!("out-{key}"),

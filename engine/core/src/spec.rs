@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 /// A node's unique id within a pipeline: its name, then its sweep point, e.g. `measure[m=1024,n=4]`.
 pub type NodeId = String;
 
+/// A node's kind settings or its sweep point: a few named values, sorted by name.
+pub type Settings = crate::sortedmap::SortedMap<serde_json::Value>;
+
 /// Where a node was declared, so every later error can point at the YAML.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Origin {
@@ -78,12 +81,12 @@ pub struct NodeSpec {
     /// Node kind (`command`, `hls`, `measure`, …), chosen by the executor registry.
     pub kind: String,
     /// Kind-specific settings after template resolution (for `command`: run, env, cwd, metrics, …).
-    pub config: BTreeMap<String, serde_json::Value>,
+    pub config: Settings,
     /// The sweep coordinates of this instance (empty for an unswept node).
     // Empty and default fields are left out when written: the load memo of a 10 000-node pipeline is read on
     // every run, and they were a third of its bytes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub point: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Settings::is_empty")]
+    pub point: Settings,
     /// Ids of the nodes whose outputs this node reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deps: Vec<NodeId>,

@@ -250,8 +250,8 @@ fn nodes(root: &Path, case: &Case, settings: &[Settings]) -> Vec<NodeSpec> {
                 id: format!("n{i}"),
                 name: format!("n{i}"),
                 kind: kind.name().to_owned(),
-                config,
-                point: BTreeMap::new(),
+                config: config.into_iter().collect(),
+                point: fracflow_core::Settings::new(),
                 deps,
                 inputs: if kind == Kind::Mixing {
                     vec![root.join(format!("input{i}.txt"))]

@@ -510,7 +510,11 @@ impl Executor for CommandKind {
             }
             let record = MetricsRecord {
                 version: MetricsRecord::VERSION,
-                point: spec.point.clone(),
+                point: spec
+                    .point
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 labels: config.labels.clone(),
                 metrics: metrics.clone(),
             };
@@ -773,7 +777,7 @@ mod tests {
             other => panic!("config must be an object: {other}"),
         };
         let mut spec = crate::test_spec("run[bench=3,idx=7]", "command", config, &[]);
-        spec.point = BTreeMap::from([
+        spec.point = fracflow_core::Settings::from([
             ("bench".to_owned(), serde_json::json!(3)),
             ("idx".to_owned(), serde_json::json!(7)),
         ]);

@@ -302,7 +302,7 @@ fn rewrite(
         node.kind = "prebuilt".to_owned();
         node.deps.clear();
         node.inputs.clear();
-        node.config = BTreeMap::from([(
+        node.config = fracflow_core::Settings::from([(
             "files".to_owned(),
             serde_json::json!(
                 files

@@ -502,7 +502,11 @@ impl Executor for MeasureKind {
             .map_err(|e| node_error(spec, format!("samples: {e}")))?;
         let summary = MeasureSummary {
             version: MeasureSummary::VERSION,
-            point: spec.point.clone(),
+            point: spec
+                .point
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             labels,
             source: self.source(&config, target),
             device: actions,

@@ -2,7 +2,7 @@
 //! values (sweep point and node-local axes), its inputs found on disk, and its dependencies matched on the
 //! `foreach` axes both nodes have.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use crate::template::{self, TemplateError};
 use crate::tree::{Loc, Node, Val};
 
 /// A node's kind-specific settings, as they go into `NodeSpec::config`.
-pub(crate) type Config = BTreeMap<String, Value>;
+pub(crate) type Config = fracflow_core::Settings;
 
 /// A kind's keys (a mapping) as the node's config.
 pub(crate) fn config_of(kind_map: &Node) -> Config {
@@ -492,7 +492,7 @@ impl<'l, 'o> Expander<'l, 'o> {
                 }
             },
         };
-        let point: BTreeMap<String, Value> = point_pairs
+        let point: fracflow_core::Settings = point_pairs
             .iter()
             .map(|&(k, v)| (sweep.keys[k].clone(), sweep.values[k][v as usize].to_json()))
             .chain(
