@@ -170,14 +170,23 @@ impl Graph {
 
     /// The given nodes and everything they need, as a set of indices (iterative, so deep chains are fine).
     pub fn closure(&self, roots: &[NodeIndex]) -> BTreeSet<NodeIndex> {
-        let mut seen: BTreeSet<NodeIndex> = BTreeSet::new();
-        let mut queue: VecDeque<NodeIndex> = roots.iter().copied().collect();
-        while let Some(index) = queue.pop_front() {
-            if seen.insert(index) {
-                queue.extend(self.dependencies(index));
+        // Marks in a vector, then one sorted collect: inserting each node into the set as it was reached was 4 %
+        // of the instructions of a no-op of 10 000 nodes.
+        let mut seen = vec![false; self.dag.node_count()];
+        let mut stack: Vec<NodeIndex> = roots.to_vec();
+        while let Some(index) = stack.pop() {
+            if let Some(mark) = seen.get_mut(index.index())
+                && !*mark
+            {
+                *mark = true;
+                stack.extend(self.dependencies(index));
             }
         }
-        seen
+        seen.iter()
+            .enumerate()
+            .filter(|&(_, &mark)| mark)
+            .map(|(position, _)| NodeIndex::new(position))
+            .collect()
     }
 
     /// Graphviz text of the given nodes (all nodes when `only` is None).
