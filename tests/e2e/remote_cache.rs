@@ -209,7 +209,9 @@ fn built_and_cached(output: &Output) -> (usize, usize) {
 }
 
 /// Node id → (key, outputs) of the run a `latest` link points at.
-fn keys_and_outputs(run: &Path) -> BTreeMap<String, (Option<String>, BTreeMap<String, String>)> {
+fn keys_and_outputs(
+    run: &Path,
+) -> BTreeMap<String, (Option<String>, fracflow_record::SortedMap<String>)> {
     let manifest = fracflow_core::run::read_manifest(run).expect("manifest");
     manifest
         .nodes

@@ -42,7 +42,7 @@ const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3
 const DURATION_HISTORY: usize = 9;
 
 /// A node's output files by name.
-pub type Outputs = crate::sortedmap::SortedMap<BlobRef>;
+pub type Outputs = fracflow_record::SortedMap<BlobRef>;
 
 /// One stored output file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

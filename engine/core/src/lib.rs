@@ -14,7 +14,6 @@ pub mod plan;
 pub mod remote;
 pub mod run;
 pub mod scheduler;
-pub mod sortedmap;
 pub mod spec;
 pub mod statcache;
 mod storedir;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub type NodeId = String;
 
 /// A node's kind settings or its sweep point: a few named values, sorted by name.
-pub type Settings = crate::sortedmap::SortedMap<serde_json::Value>;
+pub type Settings = fracflow_record::SortedMap<serde_json::Value>;
 
 /// Where a node was declared, so every later error can point at the YAML.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

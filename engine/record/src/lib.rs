@@ -1,7 +1,7 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
 //! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema and its
-//! by-thread sidecar, command metrics), and the narrow layer of file operations with the atomic publish they
-//! share.
+//! by-thread sidecar, command metrics), the small sorted map their named values are kept in, and the narrow
+//! layer of file operations with the atomic publish they share.
 
 pub mod atomic;
 pub mod by_thread;
@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod prebuilt;
 pub mod read;
 pub mod samples;
+pub mod sortedmap;
 pub mod table;
 
 pub use atomic::{
@@ -28,6 +29,7 @@ pub use measure::{
 pub use metrics::{METRICS_FILE, MetricsRecord};
 pub use read::{RecordError, Versioned, read_record, write_record};
 pub use samples::{ColumnType, SampleColumn};
+pub use sortedmap::SortedMap;
 pub use table::{Cell, ExpectationResult, PaperComparison, Provenance, Table, Verdict};
 
 /// Version of the run formats in this crate (manifest, events, tables); bump it when a field changes meaning.

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::SortedMap;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -40,8 +42,8 @@ pub struct NodeRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
     /// Output file name → blob hash.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub outputs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "SortedMap::is_empty")]
+    pub outputs: SortedMap<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,7 +64,7 @@ impl NodeRecord {
             key: None,
             started: None,
             seconds: None,
-            outputs: BTreeMap::new(),
+            outputs: SortedMap::new(),
             metrics: BTreeMap::new(),
             error: None,
             reason: None,
