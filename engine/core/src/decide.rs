@@ -7,9 +7,9 @@ use petgraph::graph::NodeIndex;
 
 use crate::cache::Hit;
 use crate::exec::{KindInfo, NodeError};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintRef};
 use crate::graph::Graph;
-use crate::scheduler::{Engine, RunOptions};
+use crate::scheduler::{Engine, RunOptions, exclusive, uses_testbed};
 use crate::spec::NodeSpec;
 
 /// What a dependency contributes to the keys of the nodes that depend on it.
@@ -29,8 +29,47 @@ pub(crate) struct Keyed {
     pub info: KindInfo,
     /// A lazy effect (see `Executor::lazy`).
     pub lazy: bool,
-    pub fingerprint: Fingerprint,
     pub key: String,
+    /// The parts of its fingerprint that are not in its spec or its kind's facts.
+    inputs: BTreeMap<String, String>,
+    upstream: BTreeMap<String, String>,
+    placement: Vec<String>,
+    uses_testbed: bool,
+}
+
+/// The testbed fields of a node that does not touch the testbed.
+static NO_TESTBED: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+
+impl Keyed {
+    /// The fingerprint the key was made from, borrowed from the node's `spec` and the run's `testbed`.
+    pub fn fingerprint_ref<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        testbed: &'a BTreeMap<String, serde_json::Value>,
+    ) -> FingerprintRef<'a> {
+        FingerprintRef {
+            version: FINGERPRINT_VERSION,
+            kind: &spec.kind,
+            kind_version: self.info.version,
+            config: &spec.config,
+            point: &spec.point,
+            outputs: &spec.outputs,
+            inputs: &self.inputs,
+            upstream: &self.upstream,
+            tools: &self.info.tools,
+            testbed: if self.uses_testbed {
+                testbed
+            } else {
+                &NO_TESTBED
+            },
+            placement: &self.placement,
+        }
+    }
+
+    /// The whole fingerprint, for a node that runs (its entry stores it) or that `plan` explains.
+    pub fn fingerprint(&self, spec: &NodeSpec, options: &RunOptions) -> Fingerprint {
+        self.fingerprint_ref(spec, &options.testbed).to_owned()
+    }
 }
 
 /// Why a node's key is not known.
@@ -75,16 +114,17 @@ pub(crate) fn key<'c>(
         return Err(Unkeyed::Upstream(pending));
     }
     let info = info.map_err(Unkeyed::Error)?;
-    let fingerprint = engine
-        .fingerprint(spec, &info, upstream, &options.testbed)
-        .map_err(Unkeyed::Error)?;
-    let key = fingerprint.key();
-    Ok(Keyed {
+    let mut keyed = Keyed {
         info,
         lazy,
-        fingerprint,
-        key,
-    })
+        key: String::new(),
+        inputs: engine.input_hashes(spec).map_err(Unkeyed::Error)?,
+        upstream,
+        placement: exclusive(spec).map(|r| r.to_string()).collect(),
+        uses_testbed: uses_testbed(spec),
+    };
+    keyed.key = keyed.fingerprint_ref(spec, &options.testbed).key();
+    Ok(keyed)
 }
 
 /// What a node whose key is known needs.

@@ -143,7 +143,7 @@ pub fn plan(
                             .get_or_insert_with(|| engine.cache.pointer(&spec.id))
                             .as_ref()
                             .and_then(|p| engine.cache.get(&p.latest_key))
-                            .map(|old| old.fingerprint.diff(&keyed.fingerprint))
+                            .map(|old| old.fingerprint.diff(&keyed.fingerprint(spec, options)))
                             .unwrap_or_default();
                         Verdict::Run { key, changes }
                     }
@@ -154,7 +154,7 @@ pub fn plan(
                         Verdict::Always { key }
                     }
                 };
-                (verdict, Some(keyed.fingerprint))
+                (verdict, Some(keyed.fingerprint(spec, options)))
             }
         };
         // A cached node costs no time; its past durations and sizes are read only for nodes that run, once.

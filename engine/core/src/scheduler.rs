@@ -31,6 +31,8 @@ mod commit;
 mod launch;
 mod state;
 
+pub(crate) use state::exclusive;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::mpsc;
@@ -41,7 +43,6 @@ use fracflow_record::{EventKind, RunStatus};
 
 use crate::cache::Cache;
 use crate::exec::{Cancel, KindInfo, Kinds, NodeError};
-use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 use crate::graph::Graph;
 use crate::run::RunDir;
 use crate::spec::{NodeSpec, Resource};
@@ -136,14 +137,9 @@ impl Engine<'_> {
                 .is_some_and(|executor| executor.lazy(spec))
     }
 
-    /// The node's fingerprint, given its dependencies' output hashes.
-    pub fn fingerprint(
-        &self,
-        spec: &NodeSpec,
-        info: &KindInfo,
-        upstream: BTreeMap<String, String>,
-        testbed: &BTreeMap<String, serde_json::Value>,
-    ) -> Result<Fingerprint, NodeError> {
+    /// The blake3 of each of the node's input files, by path relative to the project root: what its
+    /// fingerprint's `inputs` holds.
+    pub fn input_hashes(&self, spec: &NodeSpec) -> Result<BTreeMap<String, String>, NodeError> {
         let mut inputs = BTreeMap::new();
         for path in &spec.inputs {
             let hash = self.stat.hash(path).map_err(|e| {
@@ -157,30 +153,16 @@ impl Engine<'_> {
             let shown = path.strip_prefix(self.root).unwrap_or(path);
             inputs.insert(shown.to_string_lossy().into_owned(), hash);
         }
-        Ok(Fingerprint {
-            version: FINGERPRINT_VERSION,
-            kind: spec.kind.clone(),
-            kind_version: info.version,
-            config: spec.config.clone(),
-            point: spec.point.clone(),
-            outputs: spec.outputs.clone(),
-            inputs,
-            upstream,
-            tools: info.tools.clone(),
-            // Only nodes that touch the testbed (a device or a host) depend on it: switching testbeds must
-            // not rebuild bitstreams.
-            testbed: if spec
-                .resources
-                .iter()
-                .any(|r| matches!(r, Resource::Device(_) | Resource::Host(_)))
-            {
-                testbed.clone()
-            } else {
-                BTreeMap::new()
-            },
-            placement: state::exclusive(spec).map(|r| r.to_string()).collect(),
-        })
+        Ok(inputs)
     }
+}
+
+/// Only nodes that touch the testbed (a device or a host) depend on it: switching testbeds must not rebuild
+/// bitstreams.
+pub(crate) fn uses_testbed(spec: &NodeSpec) -> bool {
+    spec.resources
+        .iter()
+        .any(|r| matches!(r, Resource::Device(_) | Resource::Host(_)))
 }
 
 /// Runs `targets` (and everything they need) to completion, failure or interruption.

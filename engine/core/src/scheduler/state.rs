@@ -86,11 +86,11 @@ struct Queued {
 }
 
 impl Queued {
-    fn new(keyed: Keyed, forced: bool) -> Queued {
+    fn new(keyed: Keyed, fingerprint: Fingerprint, forced: bool) -> Queued {
         Queued {
             cacheable: keyed.info.cacheable,
             key: keyed.key,
-            fingerprint: keyed.fingerprint,
+            fingerprint,
             forced,
             effects_first: 0,
             blocked: None,
@@ -353,8 +353,11 @@ impl<'a> Run<'a> {
         match need {
             Need::Hit(entry) | Need::Remote(entry) => self.use_cached(index, *entry),
             Need::IfNeeded => {
-                self.states
-                    .insert(index, State::Deferred(Box::new(Queued::new(keyed, forced))));
+                let fingerprint = keyed.fingerprint(spec, self.options);
+                self.states.insert(
+                    index,
+                    State::Deferred(Box::new(Queued::new(keyed, fingerprint, forced))),
+                );
                 self.contribution_known(index);
                 Ok(())
             }
@@ -362,7 +365,8 @@ impl<'a> Run<'a> {
                 if lazy {
                     self.contribution_known(index);
                 }
-                self.enqueue(index, Box::new(Queued::new(keyed, forced)));
+                let fingerprint = keyed.fingerprint(spec, self.options);
+                self.enqueue(index, Box::new(Queued::new(keyed, fingerprint, forced)));
                 Ok(())
             }
         }
