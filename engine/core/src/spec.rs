@@ -83,33 +83,30 @@ pub struct NodeSpec {
     /// Kind-specific settings after template resolution (for `command`: run, env, cwd, metrics, …).
     pub config: Settings,
     /// The sweep coordinates of this instance (empty for an unswept node).
-    // Empty and default fields are left out when written: the load memo of a 10 000-node pipeline is read on
-    // every run, and they were a third of its bytes.
-    #[serde(default, skip_serializing_if = "Settings::is_empty")]
+    // Every field is written, even when empty: the load memo stores specs by position (see
+    // `fracflow_loader::memo`), and a field left out would shift the ones after it. A spec from JSON may still
+    // leave the defaulted ones out.
+    #[serde(default)]
     pub point: Settings,
     /// Ids of the nodes whose outputs this node reads.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub deps: Vec<NodeId>,
     /// Files whose content enters the key, absolute.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub inputs: Vec<PathBuf>,
     /// Output files the node must produce, relative to its output directory.
     pub outputs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub resources: Vec<Resource>,
     /// Extra attempts after a transient failure.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub retries: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub timeout: Option<Duration>,
     /// Declared duration, used by `plan` before any run has been recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub estimate: Option<Duration>,
     pub origin: Origin,
-}
-
-fn is_zero(count: &u32) -> bool {
-    *count == 0
 }
 
 /// A loaded pipeline: its nodes in declaration order and its named targets.

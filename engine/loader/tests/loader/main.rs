@@ -1615,6 +1615,22 @@ mod remembered {
             Some(&json!("echo two"))
         );
 
+        // So is one whose bytes changed where they still parse (a write torn by power loss): its checksum fails.
+        let mut altered = 0;
+        for memo in std::fs::read_dir(&memo_dir).expect("memo dir").flatten() {
+            let mut bytes = std::fs::read(memo.path()).expect("read the memo");
+            if let Some(at) = bytes.windows(8).position(|w| w == b"echo two") {
+                bytes[at + 5..at + 8].copy_from_slice(b"TWO");
+                std::fs::write(memo.path(), &bytes).expect("alter the memo");
+                altered += 1;
+            }
+        }
+        assert!(altered > 0, "a memo names the command");
+        assert_eq!(
+            node(&p.load("pipelines/p.yaml"), "a").config.get("run"),
+            Some(&json!("echo two"))
+        );
+
         // A source that is now wrong is reported as it would be without a memo.
         std::fs::write(
             p.root().join("pipelines/p.yaml"),
