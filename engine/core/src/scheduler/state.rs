@@ -222,9 +222,11 @@ impl<'a> Run<'a> {
             } else {
                 states.insert(index, State::Waiting(unknown));
             }
-            let spec = graph.spec(index);
-            run_dir.record_mut(&spec.id, &spec.kind);
         }
+        run_dir.record_pending(selected.iter().map(|&index| {
+            let spec = graph.spec(index);
+            (spec.id.as_str(), spec.kind.as_str())
+        }));
         let mut run = Run {
             engine,
             graph,
