@@ -338,13 +338,20 @@ impl Executor for CommandKind {
     }
 
     fn info(&self, spec: &NodeSpec) -> Result<KindInfo, NodeError> {
-        let config = config(spec)?;
+        // Only `effect` matters here, read straight from the settings: every node is keyed on every run, and
+        // parsing its whole config to read one flag was 3 % of a no-op. The load has already checked every
+        // node's settings against `CommandConfig`; a flag that is not a bool is parsed, to fail as it did.
+        let effect = match spec.config.get("effect") {
+            None => false,
+            Some(serde_json::Value::Bool(effect)) => *effect,
+            Some(_) => config(spec)?.effect,
+        };
         Ok(KindInfo {
             // 2: `require`, `labels`, k-th match and bases, and `metrics.json`. (`effect` needs no bump: it is
             // in the config only when true, so the keys of other nodes stay as they were.)
             version: 2,
             tools: BTreeMap::new(),
-            cacheable: !config.effect,
+            cacheable: !effect,
         })
     }
 
@@ -763,6 +770,28 @@ mod tests {
             base: Some(Base::Hex),
         };
         assert!(!json_with_base.problems("t").is_empty());
+    }
+
+    #[test]
+    fn only_an_effect_is_uncacheable_and_a_flag_that_is_not_a_bool_fails() {
+        let info = |config: serde_json::Value| {
+            let config = match config {
+                serde_json::Value::Object(map) => map.into_iter().collect(),
+                other => panic!("config must be an object: {other}"),
+            };
+            CommandKind.info(&crate::test_spec("n", "command", config, &[]))
+        };
+        let cacheable = |config| info(config).map(|info| info.cacheable);
+        assert_eq!(cacheable(serde_json::json!({"run": "true"})), Ok(true));
+        assert_eq!(
+            cacheable(serde_json::json!({"run": "true", "effect": false})),
+            Ok(true)
+        );
+        assert_eq!(
+            cacheable(serde_json::json!({"run": "true", "effect": true})),
+            Ok(false)
+        );
+        assert!(info(serde_json::json!({"run": "true", "effect": "yes"})).is_err());
     }
 
     /// Runs a `command` node with `config` in a fresh directory: its result and its output directory.
