@@ -267,19 +267,6 @@ impl RunDir {
         self.dir.join("nodes").join(node_dir_name(id))
     }
 
-    /// Records each of `nodes` (id, kind) that has no record yet as pending, in one merge: inserting ten
-    /// thousand records one by one into the manifest's sorted map cost a no-op 2 % of its instructions.
-    pub fn record_pending<'n>(&mut self, nodes: impl IntoIterator<Item = (&'n str, &'n str)>) {
-        let known = &self.manifest.nodes;
-        // Collected into a map of their own (sorted once, then built in one pass) and appended (one merge).
-        let mut fresh: BTreeMap<String, NodeRecord> = nodes
-            .into_iter()
-            .filter(|(id, _)| !known.contains_key(*id))
-            .map(|(id, kind)| (id.to_owned(), NodeRecord::pending(kind)))
-            .collect();
-        self.manifest.nodes.append(&mut fresh);
-    }
-
     pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
         record_in(&mut self.manifest.nodes, id, kind)
     }

@@ -222,11 +222,9 @@ impl<'a> Run<'a> {
             } else {
                 states.insert(index, State::Waiting(unknown));
             }
-        }
-        run_dir.record_pending(selected.iter().map(|&index| {
             let spec = graph.spec(index);
-            (spec.id.as_str(), spec.kind.as_str())
-        }));
+            run_dir.record_mut(&spec.id, &spec.kind);
+        }
         let mut run = Run {
             engine,
             graph,
