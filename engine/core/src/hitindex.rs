@@ -299,8 +299,9 @@ mod tests {
         index.save(&Files::real())?;
         let saved = fs::read(index.path())?;
         assert_eq!(HitIndex::new(dir.path()).get("k2", ID), Some(hit("k2")));
-        // Power loss can leave the tail of a file that was being written filled with zeros: here inside the
-        // last record's output hash, where the bytes still parse, as a record with another hash.
+        // Power loss can leave the tail of a file that was being written filled with zeros: here the last
+        // record's duration and the end of its output hash, where the bytes still parse, as a record with
+        // another hash.
         let mut torn = saved.clone();
         let tail = torn.len() - 12;
         torn[tail..].fill(0);
