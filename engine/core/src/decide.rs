@@ -68,7 +68,8 @@ impl Keyed {
 
     /// The whole fingerprint, for a node that runs (its entry stores it) or that `plan` explains.
     pub fn fingerprint(&self, spec: &NodeSpec, options: &RunOptions) -> Fingerprint {
-        self.fingerprint_ref(spec, &options.testbed).to_owned()
+        self.fingerprint_ref(spec, &options.testbed)
+            .to_fingerprint()
     }
 }
 

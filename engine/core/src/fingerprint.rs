@@ -44,7 +44,7 @@ pub struct FieldChange {
 
 /// A fingerprint's fields where they already live: the node's spec, its kind's facts, the run's testbed. A
 /// node is keyed from this, and a node found in the cache needs nothing more, so its settings, sweep point and
-/// outputs are never copied; [`FingerprintRef::to_owned`] makes the [`Fingerprint`] a new entry stores.
+/// outputs are never copied; [`FingerprintRef::to_fingerprint`] makes the [`Fingerprint`] a new entry stores.
 /// Copying them into a `Fingerprint` for every node, then dropping it, was 5 % of a no-op's instructions.
 #[derive(Debug, Clone, Copy)]
 pub struct FingerprintRef<'a> {
@@ -69,7 +69,7 @@ impl FingerprintRef<'_> {
             .to_string()
     }
 
-    pub fn to_owned(&self) -> Fingerprint {
+    pub fn to_fingerprint(&self) -> Fingerprint {
         Fingerprint {
             version: self.version,
             kind: self.kind.to_owned(),

@@ -127,6 +127,7 @@ pub fn plan(
                 if keyed.lazy {
                     known.insert(index, Known::Effect(key.clone()));
                 }
+                let fingerprint = keyed.fingerprint(spec, options);
                 let verdict = match need {
                     Need::Hit(entry) => {
                         hit_bytes = Some(entry.outputs.values().map(|b| b.size).sum());
@@ -143,7 +144,7 @@ pub fn plan(
                             .get_or_insert_with(|| engine.cache.pointer(&spec.id))
                             .as_ref()
                             .and_then(|p| engine.cache.get(&p.latest_key))
-                            .map(|old| old.fingerprint.diff(&keyed.fingerprint(spec, options)))
+                            .map(|old| old.fingerprint.diff(&fingerprint))
                             .unwrap_or_default();
                         Verdict::Run { key, changes }
                     }
@@ -154,7 +155,7 @@ pub fn plan(
                         Verdict::Always { key }
                     }
                 };
-                (verdict, Some(keyed.fingerprint(spec, options)))
+                (verdict, Some(fingerprint))
             }
         };
         // A cached node costs no time; its past durations and sizes are read only for nodes that run, once.
