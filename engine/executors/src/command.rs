@@ -517,11 +517,7 @@ impl Executor for CommandKind {
             }
             let record = MetricsRecord {
                 version: MetricsRecord::VERSION,
-                point: spec
-                    .point
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
+                point: spec.point.to_btree_map(),
                 labels: config.labels.clone(),
                 metrics: metrics.clone(),
             };

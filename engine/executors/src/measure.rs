@@ -502,11 +502,7 @@ impl Executor for MeasureKind {
             .map_err(|e| node_error(spec, format!("samples: {e}")))?;
         let summary = MeasureSummary {
             version: MeasureSummary::VERSION,
-            point: spec
-                .point
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            point: spec.point.to_btree_map(),
             labels,
             source: self.source(&config, target),
             device: actions,

@@ -5,6 +5,7 @@
 //! files stay what they were.
 
 use std::borrow::Borrow;
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut, Index};
 
 use litemap::LiteMap;
@@ -32,6 +33,16 @@ impl<V> SortedMap<V> {
     /// Here as well as through `Deref`, so serde's `skip_serializing_if` can name it.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// A copy as a `BTreeMap`, for the records that keep one (a measurement's or a command's sweep point).
+    pub fn to_btree_map(&self) -> BTreeMap<String, V>
+    where
+        V: Clone,
+    {
+        self.iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
     }
 }
 
@@ -114,7 +125,6 @@ impl<V> IntoIterator for SortedMap<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn it_reads_and_writes_as_a_btree_map_does() -> serde_json::Result<()> {
@@ -127,6 +137,7 @@ mod tests {
         );
         assert!(sorted.iter().eq(tree.iter()));
         assert!((&sorted).into_iter().eq(&tree));
+        assert_eq!(sorted.to_btree_map(), tree);
         assert_eq!(sorted["a"], 4);
         let mut named = Vec::new();
         rmp_serde::encode::write_named(&mut named, &tree).map_err(serde::ser::Error::custom)?;
