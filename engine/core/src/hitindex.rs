@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Hit;
-use fracflow_record::{Files, Publish};
+use fracflow_record::{Files, Publish, sealed};
 
 /// The file's first value; any other makes the whole file a miss.
 const HEADER: &str = "fracflow hit index 4";
@@ -203,8 +203,7 @@ impl HitIndex {
             }
         }
         let mut bytes = header();
-        bytes.extend_from_slice(blake3::hash(&body).as_bytes());
-        bytes.append(&mut body);
+        sealed::append_sealed(&mut bytes, &body);
         files.publish(&self.path, &bytes, Publish::Unsynced)?;
         state.changed.clear();
         if let Some(dir) = self.path.parent() {
@@ -231,12 +230,9 @@ fn read_records(path: &Path) -> HashMap<String, Slot> {
     let Some(rest) = bytes.strip_prefix(header().as_slice()) else {
         return HashMap::new();
     };
-    let Some((checksum, body)) = rest.split_first_chunk::<32>() else {
+    let Some(body) = sealed::unseal(rest) else {
         return HashMap::new();
     };
-    if blake3::hash(body) != blake3::Hash::from_bytes(*checksum) {
-        return HashMap::new();
-    }
     // A record of a trivial node is about 240 bytes; growing the map record by record re-hashed every key
     // several times over.
     let mut records = HashMap::with_capacity(body.len() / 240);

@@ -73,11 +73,7 @@ pub(crate) fn recall(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Opt
     let root = root_of(opts)?;
     let identity = identity(&root, entry, opts, kinds)?;
     let bytes = std::fs::read(memo_path(&root, &identity)).ok()?;
-    let (checksum, body) = bytes.split_first_chunk::<32>()?;
-    if blake3::hash(body) != blake3::Hash::from_bytes(*checksum) {
-        return None;
-    }
-    let memo: Memo = rmp_serde::from_slice(body).ok()?;
+    let memo: Memo = rmp_serde::from_slice(fracflow_record::sealed::unseal(&bytes)?).ok()?;
     let same_sources = memo
         .sources
         .iter()
@@ -148,9 +144,8 @@ pub(crate) fn remember(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds, load
     let Ok(body) = rmp_serde::to_vec(&memo) else {
         return;
     };
-    let mut bytes = Vec::with_capacity(32 + body.len());
-    bytes.extend_from_slice(blake3::hash(&body).as_bytes());
-    bytes.extend_from_slice(&body);
+    let mut bytes = Vec::new();
+    fracflow_record::sealed::append_sealed(&mut bytes, &body);
     if let Some(dir) = path.parent()
         && std::fs::create_dir_all(dir).is_ok()
     {

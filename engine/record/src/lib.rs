@@ -1,7 +1,7 @@
 //! On-disk formats and shared vocabulary of fracflow: run manifests, event lines, summary tables, provenance,
 //! expectation verdicts, the records nodes hand each other (measure summaries, the samples schema and its
 //! by-thread sidecar, command metrics), the small sorted map their named values are kept in, and the narrow
-//! layer of file operations with the atomic publish they share.
+//! layer of file operations with the atomic publish they share and the checksum unsynced files carry.
 
 pub mod atomic;
 pub mod by_thread;
@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod prebuilt;
 pub mod read;
 pub mod samples;
+pub mod sealed;
 pub mod sortedmap;
 pub mod table;
 
