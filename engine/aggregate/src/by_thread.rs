@@ -10,14 +10,14 @@ use fracflow_record::SampleColumn;
 use fracflow_record::by_thread::{ByThreadError, RowValue, SamplesByThread};
 use rayon::prelude::*;
 
-use crate::quantile::HdrAccumulator;
+use crate::quantile::{CountedValues, HdrAccumulator, Latency};
 use crate::samples::{GroupKey, GroupLatencies, SampleQuery, merge_hdr_groups, trace_group};
 use crate::spec::Cuts;
 
 /// Rows read at once on the histogram path, per thread.
 const HDR_BATCH_ROWS: u64 = 64 * 1024;
 
-/// Rows of slots and request sizes read at once for a trace's groups, per thread.
+/// Rows of slots, request sizes and latencies read at once for a trace's groups, per thread.
 const KEY_BATCH_ROWS: u64 = 16 * 1024;
 
 /// Each thread's kept rows under `cuts`, in [`SamplesByThread::threads`] order: the rows sent at or after
@@ -80,7 +80,14 @@ pub(crate) fn read_point(
 ) -> Result<Vec<(GroupKey, GroupLatencies)>, ByThreadError> {
     let ranges = kept_ranges(file, query.cuts)?;
     let latency = query.latency.column();
-    if file.rows() > query.exact_max_samples {
+    // A trace's groups count their values in u32s: a point of 2^32 rows or more (over 16 GiB of latencies)
+    // goes to histograms even if the budget would hold it.
+    let counted_max = if query.trace_piece.is_some() {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    if file.rows() > query.exact_max_samples.min(counted_max) {
         return read_hdr(file, query, &ranges);
     }
     let narrow = narrow(file, latency);
@@ -99,153 +106,158 @@ pub(crate) fn read_point(
     Ok(if narrow {
         read_trace_groups(file, &ranges, latency, piece)?
             .into_iter()
-            .map(|(key, values)| (key, GroupLatencies::ExactNarrow(values)))
+            .map(|(key, values)| (key, GroupLatencies::CountedNarrow(values)))
             .collect()
     } else {
         read_trace_groups(file, &ranges, latency, piece)?
             .into_iter()
-            .map(|(key, values)| (key, GroupLatencies::Exact(values)))
+            .map(|(key, values)| (key, GroupLatencies::Counted(values)))
             .collect()
     })
 }
 
-/// One thread's rows by trace group: each row's group as an index into the thread's own distinct keys.
-struct ThreadGroups {
-    ids: Vec<u32>,
-    keys: Vec<GroupKey>,
-    counts: Vec<usize>,
-}
-
-/// A trace's kept latencies by group, in key order, each group's values thread after thread and in row order
-/// within a thread. Two passes over the threads in parallel, neither holding a column of the whole point: the
-/// first reads slots and request sizes and gives each row its group, the second reads the latencies into
-/// each group's vector, made at its final size and cut into one slice per thread. Grouping the whole point
-/// on one core after reading it took 40 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
-fn read_trace_groups<T: RowValue>(
+/// A trace's kept latencies by group, in key order, counted as they are read ([`CountedValues`]): one pass over
+/// the slots, request sizes and latencies of each thread, the threads cut into a few runs of about the same
+/// rows read side by side, and each group's counts and pieces put together in parallel. Giving each row its
+/// group in one pass, making each group's vector and copying the latencies into it in a second, then
+/// counting the group in two more took 80 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode
+/// `trace`).
+fn read_trace_groups<T: RowValue + Latency>(
     file: &SamplesByThread,
     ranges: &[Range<u64>],
     latency: SampleColumn,
     piece: u32,
-) -> Result<Vec<(GroupKey, Vec<T>)>, ByThreadError> {
-    let threads: Vec<ThreadGroups> = ranges
-        .par_iter()
-        .enumerate()
-        .map(|(index, range)| thread_groups(file, index, range.clone(), piece))
-        .collect::<Result<_, ByThreadError>>()?;
-    // The point's groups in key order, and each thread's ids mapped to them.
-    let mut keys: Vec<GroupKey> = threads
-        .iter()
-        .flat_map(|t| t.keys.iter().copied())
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let to_group: Vec<Vec<u32>> = threads
-        .iter()
-        .map(|t| {
-            t.keys
-                .iter()
-                .map(|key| keys.binary_search(key).map_or(0, |g| g as u32))
-                .collect()
-        })
-        .collect();
-    // rows[t][g]: the rows of thread t in group g.
-    let rows: Vec<Vec<usize>> = threads
-        .iter()
-        .zip(&to_group)
-        .map(|(t, to_group)| {
-            let mut rows = vec![0usize; keys.len()];
-            for (&group, &count) in to_group.iter().zip(&t.counts) {
-                rows[group as usize] += count;
+) -> Result<Vec<(GroupKey, CountedValues<T>)>, ByThreadError> {
+    // One run per worker: each run's groups have their own counters (176 KiB each for u32 latencies).
+    let runs = thread_runs(ranges, rayon::current_num_threads());
+    let per_run: Vec<TraceGroups<T>> = runs
+        .into_par_iter()
+        .map(|threads| {
+            let mut groups = TraceGroups::new(piece);
+            for index in threads {
+                groups.read_thread(file, index, ranges[index].clone(), latency)?;
             }
-            rows
+            Ok(groups)
         })
-        .collect();
-    let mut groups: Vec<Vec<T>> = (0..keys.len())
-        .map(|g| vec![T::default(); rows.iter().map(|r| r[g]).sum()])
-        .collect();
-    let mut slices: Vec<Vec<&mut [T]>> = (0..threads.len())
-        .map(|_| Vec::with_capacity(keys.len()))
-        .collect();
-    for (g, group) in groups.iter_mut().enumerate() {
-        let mut rest = group.as_mut_slice();
-        for (t, thread_slices) in slices.iter_mut().enumerate() {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(rows[t][g]);
-            thread_slices.push(head);
-            rest = tail;
+        .collect::<Result<_, ByThreadError>>()?;
+    let mut parts: BTreeMap<GroupKey, Vec<CountedValues<T>>> = BTreeMap::new();
+    for run in per_run {
+        for (key, group) in run.keys.into_iter().zip(run.groups) {
+            parts.entry(key).or_default().push(group);
         }
     }
-    slices
+    Ok(parts
         .into_par_iter()
-        .zip(ranges.par_iter())
-        .zip(threads.par_iter().zip(to_group.par_iter()))
-        .enumerate()
-        .try_for_each(|(index, ((mut slices, range), (thread, to_group)))| {
-            let mut filled = vec![0usize; slices.len()];
-            let mut values = vec![T::default(); KEY_BATCH_ROWS as usize];
-            let mut start = range.start;
-            let mut ids = thread.ids.iter();
-            while start < range.end {
-                let end = (start + KEY_BATCH_ROWS).min(range.end);
-                let values = &mut values[..(end - start) as usize];
-                file.read_rows(index, latency, start..end, values)?;
-                for (&value, &id) in values.iter().zip(ids.by_ref()) {
-                    let group = to_group[id as usize] as usize;
-                    slices[group][filled[group]] = value;
-                    filled[group] += 1;
-                }
-                start = end;
-            }
-            Ok::<(), ByThreadError>(())
-        })?;
-    Ok(keys.into_iter().zip(groups).collect())
+        .map(|(key, parts)| (key, CountedValues::merged(parts)))
+        .collect())
 }
 
-/// Thread `index`'s `rows` by trace group, reading its slots and request sizes a batch at a time.
-fn thread_groups(
-    file: &SamplesByThread,
-    index: usize,
-    rows: Range<u64>,
-    piece: u32,
-) -> Result<ThreadGroups, ByThreadError> {
-    const NO_ID: u32 = u32::MAX;
-    let mut dense = vec![NO_ID; (DENSE_SLOTS * DENSE_FRAGMENTS) as usize];
-    let mut sparse: HashMap<u64, u32> = HashMap::new();
-    let mut groups = ThreadGroups {
-        ids: Vec::with_capacity((rows.end - rows.start) as usize),
-        keys: Vec::new(),
-        counts: Vec::new(),
-    };
-    let mut slots = vec![0u64; KEY_BATCH_ROWS as usize];
-    let mut bytes = vec![0u64; KEY_BATCH_ROWS as usize];
-    let mut start = rows.start;
-    while start < rows.end {
-        let end = (start + KEY_BATCH_ROWS).min(rows.end);
-        let len = (end - start) as usize;
-        let (slots, bytes) = (&mut slots[..len], &mut bytes[..len]);
-        file.read_rows(index, SampleColumn::Slot, start..end, slots)?;
-        file.read_rows(index, SampleColumn::RequestBytes, start..end, bytes)?;
-        for (&slot, &bytes) in slots.iter().zip(&*bytes) {
-            let key = trace_group(slot as u32, bytes as u32, piece);
-            let mut new_id = || {
-                groups.keys.push(key);
-                groups.counts.push(0);
-                (groups.keys.len() - 1) as u32
-            };
-            let id = if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
-                let entry = &mut dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
-                if *entry == NO_ID {
-                    *entry = new_id();
-                }
-                *entry
-            } else {
-                *sparse.entry(key.packed()).or_insert_with(new_id)
-            };
-            groups.counts[id as usize] += 1;
-            groups.ids.push(id);
+/// The threads (indexes into `ranges`) cut into at most `runs` runs of consecutive threads with about the same
+/// number of rows each.
+fn thread_runs(ranges: &[Range<u64>], runs: usize) -> Vec<Range<usize>> {
+    let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    let per_run = total.div_ceil(runs.max(1) as u64).max(1);
+    let mut cut = Vec::new();
+    let (mut first, mut rows) = (0, 0u64);
+    for (index, range) in ranges.iter().enumerate() {
+        rows += range.end - range.start;
+        if rows >= per_run {
+            cut.push(first..index + 1);
+            (first, rows) = (index + 1, 0);
         }
-        start = end;
     }
-    Ok(groups)
+    if first < ranges.len() {
+        cut.push(first..ranges.len());
+    }
+    cut
+}
+
+/// One run of threads' kept latencies by trace group, each group's id its index in `keys` and `groups`.
+struct TraceGroups<T> {
+    piece: u32,
+    /// The id of each key with a slot below [`DENSE_SLOTS`] and fewer fragments than [`DENSE_FRAGMENTS`] (at
+    /// `slot * DENSE_FRAGMENTS + fragments`), or [`TraceGroups::NO_ID`]; other keys' ids are in `sparse`.
+    dense: Box<[u32; (DENSE_SLOTS * DENSE_FRAGMENTS) as usize]>,
+    sparse: HashMap<u64, u32>,
+    keys: Vec<GroupKey>,
+    groups: Vec<CountedValues<T>>,
+}
+
+impl<T: RowValue + Latency> TraceGroups<T> {
+    const NO_ID: u32 = u32::MAX;
+
+    fn new(piece: u32) -> TraceGroups<T> {
+        TraceGroups {
+            piece,
+            dense: Box::new([Self::NO_ID; (DENSE_SLOTS * DENSE_FRAGMENTS) as usize]),
+            sparse: HashMap::new(),
+            keys: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// The id of `key`: a table lookup for every key seen before with a dense id, [`TraceGroups::id_slowly`]
+    /// otherwise.
+    #[inline]
+    fn id(&mut self, key: GroupKey) -> usize {
+        if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
+            let id = self.dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
+            if id != Self::NO_ID {
+                return id as usize;
+            }
+        }
+        self.id_slowly(key)
+    }
+
+    /// The id of a key new to this run or outside the dense table, made for it when it is new.
+    #[cold]
+    fn id_slowly(&mut self, key: GroupKey) -> usize {
+        let (keys, groups) = (&mut self.keys, &mut self.groups);
+        let mut new_id = || {
+            keys.push(key);
+            groups.push(CountedValues::new());
+            (keys.len() - 1) as u32
+        };
+        let id = if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
+            let entry = &mut self.dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
+            if *entry == Self::NO_ID {
+                *entry = new_id();
+            }
+            *entry
+        } else {
+            *self.sparse.entry(key.packed()).or_insert_with(new_id)
+        };
+        id as usize
+    }
+
+    /// Adds thread `index`'s `rows`, reading its slots, request sizes and latencies a batch at a time.
+    fn read_thread(
+        &mut self,
+        file: &SamplesByThread,
+        index: usize,
+        rows: Range<u64>,
+        latency: SampleColumn,
+    ) -> Result<(), ByThreadError> {
+        let batch = KEY_BATCH_ROWS.min(rows.end - rows.start) as usize;
+        let mut slots = vec![0u32; batch];
+        let mut bytes = vec![0u32; batch];
+        let mut values = vec![T::default(); batch];
+        let mut start = rows.start;
+        while start < rows.end {
+            let end = (start + KEY_BATCH_ROWS).min(rows.end);
+            let len = (end - start) as usize;
+            let (slots, bytes, values) = (&mut slots[..len], &mut bytes[..len], &mut values[..len]);
+            file.read_rows(index, SampleColumn::Slot, start..end, slots)?;
+            file.read_rows(index, SampleColumn::RequestBytes, start..end, bytes)?;
+            file.read_rows(index, latency, start..end, values)?;
+            for ((&slot, &bytes), &value) in slots.iter().zip(&*bytes).zip(&*values) {
+                let id = self.id(trace_group(slot, bytes, self.piece));
+                self.groups[id].push(value);
+            }
+            start = end;
+        }
+        Ok(())
+    }
 }
 
 /// Keys with a slot below this and fewer fragments than [`DENSE_FRAGMENTS`] get their id from a table, without

@@ -75,15 +75,15 @@ struct Buckets {
 const WHOLE_RANGE_MIN_VALUES: usize = 1 << 18;
 
 impl Buckets {
-    /// 2^[`MAX_SUB_BUCKET_BITS`] buckets per power of two, over every u64.
-    fn whole_range() -> Buckets {
+    /// 2^[`MAX_SUB_BUCKET_BITS`] buckets per power of two, over every value up to `max`.
+    fn whole_range(max: u64) -> Buckets {
         let unbounded = Buckets {
             sub_bits: MAX_SUB_BUCKET_BITS,
             first: 0,
             count: 0,
         };
         Buckets {
-            count: unbounded.of(u64::MAX) + 1,
+            count: unbounded.of(max) + 1,
             ..unbounded
         }
     }
@@ -109,6 +109,7 @@ impl Buckets {
 
     /// The bucket of `value` (between `min` and `max`): monotone in `value`, so the k-th smallest value lies in
     /// the bucket where the cumulative count passes k. Values below 2^(sub_bits + 1) get a bucket each.
+    #[inline]
     fn of(self, value: u64) -> usize {
         let bits = 64 - value.leading_zeros();
         let absolute = if bits <= self.sub_bits + 1 {
@@ -123,74 +124,85 @@ impl Buckets {
 
 /// A latency as an exact selection holds it: `u32` when the point's column is stored in at most 4 bytes (half
 /// the memory, and half the bytes every pass over the values reads), `u64` otherwise.
-pub(crate) trait Latency: Copy + Ord + Send + Sync + Into<u64> {}
+pub(crate) trait Latency: Copy + Default + Ord + Send + Sync + Into<u64> {
+    /// The largest value of the type.
+    const MAX: u64;
 
-impl Latency for u32 {}
-impl Latency for u64 {}
+    /// The sum and the maximum (0 when empty) of `values`.
+    fn sum_and_max(values: &[Self]) -> (u128, u64);
+}
+
+impl Latency for u32 {
+    const MAX: u64 = u32::MAX as u64;
+
+    /// Summed in u64s, 2^32 values at a time (they cannot overflow one), which vectorizes.
+    fn sum_and_max(values: &[u32]) -> (u128, u64) {
+        let sum = values
+            .chunks(1 << 32)
+            .map(|chunk| u128::from(chunk.iter().map(|&v| u64::from(v)).sum::<u64>()))
+            .sum();
+        (sum, values.iter().copied().max().map_or(0, u64::from))
+    }
+}
+
+impl Latency for u64 {
+    const MAX: u64 = u64::MAX;
+
+    fn sum_and_max(values: &[u64]) -> (u128, u64) {
+        let sum = values.iter().map(|&v| u128::from(v)).sum();
+        (sum, values.iter().copied().max().unwrap_or(0))
+    }
+}
 
 /// The sum, the maximum and the values at `ranks` (0-based, each below `values.len()`) of `values`, which is
 /// not empty.
 ///
-/// A bucketed selection instead of sorting or `select_nth_unstable` over everything: a parallel pass sums the
-/// values, finds the maximum and counts them in log-linear buckets (for few values, between their minimum and
-/// maximum, found first), which tells the bucket holding each rank and the rank inside it; a second collects
-/// only those buckets' values, and `select_nth_unstable` runs on them. Buckets are a small fraction of their value wide, so they hold few
-/// samples whatever the spread; many equal values in one bucket only make that last selection longer, never
-/// wrong.
+/// A bucketed selection instead of sorting or `select_nth_unstable` over everything: a parallel pass counts the
+/// values in log-linear buckets (for few values, between their minimum and maximum, found first), which tells
+/// the bucket holding each rank and the rank inside it; [`select_counted`] then collects only those buckets'
+/// values. Buckets are a small fraction of their value wide, so they hold few samples whatever the spread; many
+/// equal values in one bucket only make that last selection longer, never wrong.
 fn select_ranks<T: Latency>(values: &[T], ranks: &[usize]) -> (u128, u64, Vec<u64>) {
     let n = values.len();
-    // Many values: buckets over the whole range of u64 at the finest resolution (about a MiB of counters,
-    // little beside the values), so that one pass counts and sums. Few values: a first pass finds the range, so
+    // Many values: buckets over the whole range of their type at the finest resolution (at most a MiB of
+    // counters, little beside the values), counted in one pass. Few values: a first pass finds the range, so
     // that the counters are few.
-    let (buckets, known) = if n >= WHOLE_RANGE_MIN_VALUES {
-        (Buckets::whole_range(), None)
+    let buckets = if n >= WHOLE_RANGE_MIN_VALUES {
+        Buckets::whole_range(T::MAX)
     } else {
-        let (sum, min, max) = values
-            .iter()
-            .fold((0u128, u64::MAX, 0u64), |(sum, min, max), &v| {
-                let v: u64 = v.into();
-                (sum + u128::from(v), min.min(v), max.max(v))
-            });
-        (Buckets::spanning(n, min, max), Some((sum, max)))
+        let (min, max) = values.iter().fold((u64::MAX, 0u64), |(min, max), &v| {
+            let v: u64 = v.into();
+            (min.min(v), max.max(v))
+        });
+        Buckets::spanning(n, min, max)
     };
-    struct Pass {
-        sum: u128,
-        max: u64,
-        counts: Vec<u64>,
-    }
-    let empty = || Pass {
-        sum: 0,
-        max: 0,
-        counts: vec![0; buckets.count],
-    };
-    let counted = values
+    let empty = || vec![0u64; buckets.count];
+    let counts = values
         .par_chunks(select_chunk(n))
-        .fold(empty, |mut pass, chunk| {
-            if known.is_some() {
-                for &v in chunk {
-                    pass.counts[buckets.of(v.into())] += 1;
-                }
-            } else {
-                let mut sum = 0u128;
-                for &v in chunk {
-                    let v: u64 = v.into();
-                    sum += u128::from(v);
-                    pass.max = pass.max.max(v);
-                    pass.counts[buckets.of(v)] += 1;
-                }
-                pass.sum += sum;
+        .fold(empty, |mut counts, chunk| {
+            for &v in chunk {
+                counts[buckets.of(v.into())] += 1;
             }
-            pass
+            counts
         })
         .reduce(empty, |mut a, b| {
-            a.sum += b.sum;
-            a.max = a.max.max(b.max);
-            a.counts.iter_mut().zip(b.counts).for_each(|(x, y)| *x += y);
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
             a
         });
-    let (sum, max) = known.unwrap_or((counted.sum, counted.max));
-    let counts = counted.counts;
+    select_counted(&[values], buckets, &counts, ranks)
+}
 
+/// The sum, the maximum and the values at `ranks` (0-based, each below the number of values) of the values in
+/// `pieces`, which `counts` counts in `buckets`: one walk over the counts finds the bucket holding each rank
+/// and the rank inside it, one parallel pass over the values sums them, finds the maximum and collects the
+/// values of those buckets only, and `select_nth_unstable` runs on each bucket's.
+fn select_counted<T: Latency, C: Copy + Into<u64>>(
+    pieces: &[&[T]],
+    buckets: Buckets,
+    counts: &[C],
+    ranks: &[usize],
+) -> (u128, u64, Vec<u64>) {
+    let n: usize = pieces.iter().map(|piece| piece.len()).sum();
     // Each rank's bucket (as a slot among the distinct target buckets) and its rank inside the bucket, found by
     // one walk over the cumulative counts in rank order.
     let mut order: Vec<usize> = (0..ranks.len()).collect();
@@ -201,8 +213,8 @@ fn select_ranks<T: Latency>(values: &[T], ranks: &[usize]) -> (u128, u64, Vec<u6
     let (mut bucket, mut below) = (0usize, 0u64);
     for i in order {
         let rank = ranks[i] as u64;
-        while rank >= below + counts[bucket] {
-            below += counts[bucket];
+        while rank >= below + counts[bucket].into() {
+            below += counts[bucket].into();
             bucket += 1;
         }
         if target_buckets.last() != Some(&bucket) {
@@ -221,26 +233,189 @@ fn select_ranks<T: Latency>(values: &[T], ranks: &[usize]) -> (u128, u64, Vec<u6
         let slot = *slot_of_bucket.get(bucket.checked_sub(low)?)?;
         (slot != NO_SLOT).then_some(slot as usize)
     };
-    let no_candidates = || vec![Vec::new(); target_buckets.len()];
-    let mut candidates = values
-        .par_chunks(select_chunk(n))
-        .fold(no_candidates, |mut candidates, chunk| {
-            for &v in chunk {
+    // The target buckets' values side by side in one vector, each bucket's at its place: the counts say how
+    // many there are. A vector per bucket, grown as values arrive, made a trace's selections allocate a
+    // million times (and the kernel zero the pages those allocations took).
+    let mut starts = Vec::with_capacity(target_buckets.len() + 1);
+    let mut total = 0usize;
+    for &b in &target_buckets {
+        starts.push(total);
+        total += counts[b].into() as usize;
+    }
+    starts.push(total);
+    let mut candidates = vec![T::default(); total];
+    let chunk = select_chunk(n);
+    let (sum, max) = if n <= chunk {
+        // Few values (a trace's group, whose neighbours run in parallel) in one task.
+        let mut next = starts.clone();
+        let (mut sum, mut max) = (0u128, 0u64);
+        for piece in pieces {
+            // The sum and the maximum in a loop of their own, which vectorizes.
+            let (piece_sum, piece_max) = T::sum_and_max(piece);
+            sum += piece_sum;
+            max = max.max(piece_max);
+            for &v in *piece {
                 if let Some(slot) = slot(buckets.of(v.into())) {
-                    candidates[slot].push(v);
+                    candidates[next[slot]] = v;
+                    next[slot] += 1;
                 }
             }
-            candidates
-        })
-        .reduce(no_candidates, |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(x, mut y)| x.append(&mut y));
-            a
-        });
+        }
+        (sum, max)
+    } else {
+        struct Pass<T> {
+            sum: u128,
+            max: u64,
+            candidates: Vec<Vec<T>>,
+        }
+        let empty = || Pass {
+            sum: 0,
+            max: 0,
+            candidates: vec![Vec::new(); target_buckets.len()],
+        };
+        let pass = pieces
+            .par_iter()
+            .flat_map(|piece| piece.par_chunks(chunk))
+            .fold(empty, |mut pass, chunk| {
+                let (sum, max) = T::sum_and_max(chunk);
+                pass.sum += sum;
+                pass.max = pass.max.max(max);
+                for &v in chunk {
+                    if let Some(slot) = slot(buckets.of(v.into())) {
+                        pass.candidates[slot].push(v);
+                    }
+                }
+                pass
+            })
+            .reduce(empty, |mut a, b| {
+                a.sum += b.sum;
+                a.max = a.max.max(b.max);
+                a.candidates
+                    .iter_mut()
+                    .zip(b.candidates)
+                    .for_each(|(x, mut y)| x.append(&mut y));
+                a
+            });
+        for (slot, values) in pass.candidates.iter().enumerate() {
+            candidates[starts[slot]..starts[slot + 1]].copy_from_slice(values);
+        }
+        (pass.sum, pass.max)
+    };
     let selected = targets
         .into_iter()
-        .map(|(slot, rank)| (*candidates[slot].select_nth_unstable(rank).1).into())
+        .map(|(slot, rank)| {
+            let bucket = &mut candidates[starts[slot]..starts[slot + 1]];
+            (*bucket.select_nth_unstable(rank).1).into()
+        })
         .collect();
     (sum, max, selected)
+}
+
+/// Values in pieces (the order of values does not matter to a summary or a CDF), counted in buckets over their
+/// type's whole range as they arrive once they fill a piece. A trace's groups are filled this way while the
+/// sidecar is read, so that their summaries and CDFs ([`counted_summary_and_cdf`]) take one more pass over the
+/// values instead of three passes and a copy into one vector per group: the copy and the passes took 60 % of a
+/// trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`). Pieces of a fixed size instead of one growing
+/// vector: the copies of growth and the kernel zeroing the pages of each larger vector were a fifth of it.
+#[derive(Debug)]
+pub(crate) struct CountedValues<T> {
+    /// Per bucket of [`Buckets::whole_range`] of `T`, once the values fill a piece: below that, the counters
+    /// (176 KiB for `u32`s) would outweigh the values, and selecting them counts them over their own range. The
+    /// reader keeps a point's groups below 2^32 values.
+    counts: Option<Vec<u32>>,
+    /// The piece being filled, at most [`PIECE_VALUES`] long.
+    values: Vec<T>,
+    /// Full pieces, and the pieces of merged [`CountedValues`].
+    full: Vec<Vec<T>>,
+}
+
+/// Values per piece of [`CountedValues`] (64 KiB of `u32`s).
+const PIECE_VALUES: usize = 16 * 1024;
+
+impl<T: Latency> CountedValues<T> {
+    fn buckets() -> Buckets {
+        Buckets::whole_range(T::MAX)
+    }
+
+    pub(crate) fn new() -> CountedValues<T> {
+        CountedValues {
+            counts: None,
+            values: Vec::new(),
+            full: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, value: T) {
+        if self.values.len() == PIECE_VALUES {
+            self.next_piece();
+        }
+        if let Some(counts) = &mut self.counts {
+            counts[Self::buckets().of(value.into())] += 1;
+        }
+        self.values.push(value);
+    }
+
+    /// Puts the full piece aside and starts another, counting the first piece's values when it is the first.
+    #[cold]
+    fn next_piece(&mut self) {
+        if self.counts.is_none() {
+            let mut counts = vec![0; Self::buckets().count];
+            Self::count(&mut counts, &self.values);
+            self.counts = Some(counts);
+        }
+        let full = std::mem::replace(&mut self.values, Vec::with_capacity(PIECE_VALUES));
+        self.full.push(full);
+    }
+
+    fn count(counts: &mut [u32], values: &[T]) {
+        for &v in values {
+            counts[Self::buckets().of(v.into())] += 1;
+        }
+    }
+
+    /// The values of `parts` together: counted when there are at least a piece's worth of them.
+    pub(crate) fn merged(parts: Vec<CountedValues<T>>) -> CountedValues<T> {
+        let total: usize = parts.iter().map(CountedValues::len).sum();
+        if total < PIECE_VALUES && parts.iter().all(|part| part.counts.is_none()) {
+            let mut merged = CountedValues::new();
+            for part in parts {
+                merged.values.extend(part.values);
+            }
+            return merged;
+        }
+        let mut counts = vec![0; Self::buckets().count];
+        let mut full = Vec::new();
+        for part in parts {
+            match &part.counts {
+                Some(part_counts) => counts
+                    .iter_mut()
+                    .zip(part_counts)
+                    .for_each(|(x, &y)| *x += y),
+                // Uncounted: all its values are in `values`.
+                None => Self::count(&mut counts, &part.values),
+            }
+            full.extend(part.full);
+            full.push(part.values);
+        }
+        full.retain(|piece| !piece.is_empty());
+        CountedValues {
+            counts: Some(counts),
+            values: Vec::new(),
+            full,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.values.len() + self.full.iter().map(Vec::len).sum::<usize>()
+    }
+
+    fn pieces(&self) -> Vec<&[T]> {
+        std::iter::once(self.values.as_slice())
+            .chain(self.full.iter().map(Vec::as_slice))
+            .filter(|piece| !piece.is_empty())
+            .collect()
+    }
 }
 
 /// Exact summary of `values`, which it reorders; `None` when empty. For the many small groups of a `blocks`
@@ -288,14 +463,39 @@ fn cdf_ranks(n: usize, points: usize) -> Vec<usize> {
     ranks
 }
 
-/// [`exact_summary`] of `values` and at most `points` (latency_us, fraction) pairs of their empirical CDF, from
-/// one selection: the i-th pair is the sample at rank ⌈i·n/points⌉ − 1 and the fraction of samples at or below
-/// that rank, so both columns are non-decreasing and the last pair is (max, 1).
+/// [`exact_summary_in_place`]'s statistics of `values` and at most `points` (latency_us, fraction) pairs of
+/// their empirical CDF, from one selection: the i-th pair is the sample at rank ⌈i·n/points⌉ − 1 and the
+/// fraction of samples at or below that rank, so both columns are non-decreasing and the last pair is (max, 1).
 pub(crate) fn exact_summary_and_cdf<T: Latency>(
     values: &[T],
     points: usize,
 ) -> (Option<LatencySummary>, Vec<(f64, f64)>) {
-    let n = values.len();
+    summary_and_cdf(values.len(), points, |ranks| select_ranks(values, ranks))
+}
+
+/// [`exact_summary_and_cdf`] of counted values.
+pub(crate) fn counted_summary_and_cdf<T: Latency>(
+    values: &CountedValues<T>,
+    points: usize,
+) -> (Option<LatencySummary>, Vec<(f64, f64)>) {
+    let Some(counts) = &values.counts else {
+        // Never counted: fewer than a piece's values, all in one piece.
+        return exact_summary_and_cdf(&values.values, points);
+    };
+    let pieces = values.pieces();
+    let n = pieces.iter().map(|piece| piece.len()).sum();
+    summary_and_cdf(n, points, |ranks| {
+        select_counted(&pieces, CountedValues::<T>::buckets(), counts, ranks)
+    })
+}
+
+/// The summary and CDF of `n` values from `select`, which gives their sum, their maximum and the values at
+/// the ranks it is given.
+fn summary_and_cdf(
+    n: usize,
+    points: usize,
+    select: impl FnOnce(&[usize]) -> (u128, u64, Vec<u64>),
+) -> (Option<LatencySummary>, Vec<(f64, f64)>) {
     if n == 0 {
         return (None, Vec::new());
     }
@@ -305,7 +505,7 @@ pub(crate) fn exact_summary_and_cdf<T: Latency>(
         .map(|&(_, q)| nearest_rank(n, q))
         .chain(cdf.iter().map(|rank| rank - 1))
         .collect();
-    let (sum, max, selected) = select_ranks(values, &ranks);
+    let (sum, max, selected) = select(&ranks);
     let mut quantiles_ns = [0u64; QUANTILES.len()];
     quantiles_ns.copy_from_slice(&selected[..QUANTILES.len()]);
     let summary = LatencySummary {

@@ -20,7 +20,9 @@ use rayon::prelude::*;
 
 use crate::by_thread;
 use crate::error::AggregateError;
-use crate::quantile::{HdrAccumulator, Latency, LatencySummary, exact_summary_in_place};
+use crate::quantile::{
+    CountedValues, HdrAccumulator, Latency, LatencySummary, exact_summary_in_place,
+};
 use crate::spec::{Cuts, LatencyField};
 
 /// Rows per decoded batch: large enough that per-batch overhead vanishes, small enough to stay in cache.
@@ -70,6 +72,9 @@ pub(crate) enum GroupLatencies {
     Exact(Vec<u64>),
     /// Exact, from a column stored in at most 4 bytes (a sidecar's): half the memory.
     ExactNarrow(Vec<u32>),
+    /// Exact, counted as read (a trace's groups from a sidecar).
+    Counted(CountedValues<u64>),
+    CountedNarrow(CountedValues<u32>),
     Hdr(HdrAccumulator),
 }
 
@@ -747,10 +752,14 @@ pub(crate) fn merge_hdr_groups(
 }
 
 pub(crate) fn trace_group(slot: u32, request_bytes: u32, piece: u32) -> GroupKey {
-    GroupKey {
-        slot,
-        fragments: request_bytes.saturating_sub(TRACE_HEADER_BYTES) / piece,
-    }
+    let payload = request_bytes.saturating_sub(TRACE_HEADER_BYTES);
+    // A shift for the usual power-of-two pieces: a division per row was a tenth of a trace's grouping.
+    let fragments = if piece.is_power_of_two() {
+        payload >> piece.trailing_zeros()
+    } else {
+        payload / piece
+    };
+    GroupKey { slot, fragments }
 }
 
 /// Splits `buffer` into consecutive slices of `lens`; an empty buffer (a column not kept) into empty slices.

@@ -1995,6 +1995,20 @@ mod by_thread {
                 }
                 samples
             }),
+            // Trace groups of more than one piece of counted values (16 384), on one side of the point's two
+            // runs of threads, and of fewer on the other: counted and uncounted parts merged. Narrow, and wide.
+            (
+                "groups of many pieces",
+                client_samples(2, |t| [300_000, 20_000][t as usize], |_| 0),
+            ),
+            ("wide groups of many pieces", {
+                let mut samples = client_samples(2, |t| [300_000, 20_000][t as usize], |_| 0);
+                for sample in samples.iter_mut().step_by(101) {
+                    sample.latency_last_piece_ns += 5_000_000_000;
+                    sample.latency_ns += 5_000_000_000;
+                }
+                samples
+            }),
             // A latency beyond 32 bits: the sidecar stores the column in 8 bytes, read into u64s.
             ("wide latencies", {
                 let mut samples = client_samples(3, |t| 3_000 + u64::from(t), |_| 0);
