@@ -357,27 +357,34 @@ pub(crate) fn export(
     out_dir: &Path,
 ) -> Result<(), AggregateError> {
     let error = polars_error(name);
-    let mut frame = frame.clone();
-    let mut csv = Vec::new();
-    CsvWriter::new(&mut csv)
-        .include_header(true)
-        .finish(&mut frame)
-        .map_err(&error)?;
-    let csv_path = out_dir.join(format!("{name}.csv"));
-    fracflow_record::atomic_write(&csv_path, &csv).map_err(|e| AggregateError::io(&csv_path, e))?;
-    let mut parquet = Vec::new();
-    let labels_json = serde_json::to_string(labels).map_err(|e| AggregateError::table(name, e))?;
-    ParquetWriter::new(&mut parquet)
-        .with_compression(ParquetCompression::Zstd(None))
-        .with_key_value_metadata(Some(KeyValueMetadata::from_static(vec![(
-            LABELS_METADATA_KEY.to_owned(),
-            labels_json,
-        )])))
-        .finish(&mut frame)
-        .map_err(&error)?;
-    let parquet_path = out_dir.join(format!("{name}.parquet"));
-    fracflow_record::atomic_write(&parquet_path, &parquet)
-        .map_err(|e| AggregateError::io(&parquet_path, e))
+    let csv = || {
+        let mut csv = Vec::new();
+        CsvWriter::new(&mut csv)
+            .include_header(true)
+            .finish(&mut frame.clone())
+            .map_err(&error)?;
+        let csv_path = out_dir.join(format!("{name}.csv"));
+        fracflow_record::atomic_write(&csv_path, &csv).map_err(|e| AggregateError::io(&csv_path, e))
+    };
+    let parquet = || {
+        let mut parquet = Vec::new();
+        let labels_json =
+            serde_json::to_string(labels).map_err(|e| AggregateError::table(name, e))?;
+        ParquetWriter::new(&mut parquet)
+            .with_compression(ParquetCompression::Zstd(None))
+            .with_key_value_metadata(Some(KeyValueMetadata::from_static(vec![(
+                LABELS_METADATA_KEY.to_owned(),
+                labels_json,
+            )])))
+            .finish(&mut frame.clone())
+            .map_err(&error)?;
+        let parquet_path = out_dir.join(format!("{name}.parquet"));
+        fracflow_record::atomic_write(&parquet_path, &parquet)
+            .map_err(|e| AggregateError::io(&parquet_path, e))
+    };
+    // Written side by side: each is mostly encoding, then an fsync.
+    let (csv, parquet) = rayon::join(csv, parquet);
+    csv.and(parquet)
 }
 
 /// Reads a `.csv` (with header) or `.parquet` export back, with the label columns its Parquet metadata
