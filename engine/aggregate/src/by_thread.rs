@@ -104,12 +104,12 @@ pub(crate) fn read_point(
         return Ok(vec![(key, values)]);
     };
     Ok(if narrow {
-        read_trace_groups(file, &ranges, latency, piece)?
+        read_trace_groups(file, &ranges, latency, piece, query.trace_runs)?
             .into_iter()
             .map(|(key, values)| (key, GroupLatencies::CountedNarrow(values)))
             .collect()
     } else {
-        read_trace_groups(file, &ranges, latency, piece)?
+        read_trace_groups(file, &ranges, latency, piece, query.trace_runs)?
             .into_iter()
             .map(|(key, values)| (key, GroupLatencies::Counted(values)))
             .collect()
@@ -117,19 +117,18 @@ pub(crate) fn read_point(
 }
 
 /// A trace's kept latencies by group, in key order, counted as they are read ([`CountedValues`]): one pass over
-/// the slots, request sizes and latencies of each thread, the threads cut into a few runs of about the same
-/// rows read side by side, and each group's counts and pieces put together in parallel. Giving each row its
-/// group in one pass, making each group's vector and copying the latencies into it in a second, then
-/// counting the group in two more took 80 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode
-/// `trace`).
+/// the slots, request sizes and latencies of each thread, in `runs` runs of threads of about the same rows read
+/// side by side, and each group's counts and pieces put together in parallel. Giving each row its group in one
+/// pass, making each group's vector and copying the latencies into it in a second, then counting the group in
+/// two more took 80 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
 fn read_trace_groups<T: RowValue + Latency>(
     file: &SamplesByThread,
     ranges: &[Range<u64>],
     latency: SampleColumn,
     piece: u32,
+    runs: usize,
 ) -> Result<Vec<(GroupKey, CountedValues<T>)>, ByThreadError> {
-    // One run per worker: each run's groups have their own counters (176 KiB each for u32 latencies).
-    let runs = thread_runs(ranges, rayon::current_num_threads());
+    let runs = thread_runs(ranges, runs);
     let per_run: Vec<TraceGroups<T>> = runs
         .into_par_iter()
         .map(|threads| {

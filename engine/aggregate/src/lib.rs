@@ -488,6 +488,12 @@ fn sample_tables(
         cuts,
         trace_piece: trace.then(|| spec.piece.unwrap_or(DEFAULT_TRACE_PIECE)),
         exact_max_samples: spec.exact_max_samples(),
+        // Points are read side by side below; fewer points than workers split their own reading.
+        trace_runs: if points.len() >= rayon::current_num_threads() {
+            1
+        } else {
+            rayon::current_num_threads()
+        },
     };
     let (summary_cuts, cdf_cuts) = (spec.summary_cuts(), spec.cdf_cuts());
     let same_cuts = summary_cuts.drop_fraction == cdf_cuts.drop_fraction;
@@ -600,6 +606,7 @@ fn blocks_table(
         cuts: spec.summary_cuts(),
         trace_piece: None,
         exact_max_samples: spec.exact_max_samples(),
+        trace_runs: 1,
     };
     for point in points {
         let path = point.dir.join(SAMPLES_FILE);

@@ -43,6 +43,9 @@ pub(crate) struct SampleQuery {
     pub trace_piece: Option<u32>,
     /// Points with more rows than this use HDR histograms.
     pub exact_max_samples: u64,
+    /// Into how many runs of threads, read side by side, a point's trace groups are read: one when points are
+    /// read side by side themselves (each run's groups have their own counters, merged at the end).
+    pub trace_runs: usize,
 }
 
 /// A trace group: the slot that served the request and the number of request fragments beyond the first piece.
