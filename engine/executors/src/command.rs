@@ -1,9 +1,9 @@
 //! The `command` kind: a tool run through the process helper, with metrics extracted from its stdout.
 //!
 //! The child sees `FRACFLOW_OUT` (write declared outputs there), `FRACFLOW_ROOT`, `FRACFLOW_NODE`,
-//! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency) and, with up to 256
-//! dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased, every other
-//! character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
+//! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency; `/dev/null` for none) and,
+//! with up to 256 dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased,
+//! every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
 //! transient failures, retried up to the node's `retries`; every other failure is final.
 //!
 //! After a successful exit, every `require` pattern must match the stdout (a provenance banner such as
@@ -39,6 +39,9 @@ const MAX_DEP_VARIABLES: usize = 256;
 
 /// The dependency listing, `id<TAB>directory` per line, in the staging directory (never an output).
 const DEPS_FILE: &str = ".fracflow-deps.tsv";
+
+/// The listing of a node without dependencies.
+const EMPTY_DEPS_FILE: &str = "/dev/null";
 
 /// sysexits.h `EX_TEMPFAIL`: the conventional "try again later".
 const EX_TEMPFAIL: i32 = 75;
@@ -405,15 +408,23 @@ impl Executor for CommandKind {
             ("FRACFLOW_ATTEMPT".into(), job.attempt.to_string()),
         ];
         // Every dependency is listed in a file; small fan-ins also get one variable each (thousands of variables
-        // would approach the kernel's limit on the environment's size).
-        let listing: String = job
-            .inputs
-            .iter()
-            .map(|(id, dir)| format!("{id}\t{}\n", dir.display()))
-            .collect();
-        let deps_file = job.out_dir.join(DEPS_FILE);
-        fs::write(&deps_file, listing)
-            .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_file.display())))?;
+        // would approach the kernel's limit on the environment's size). A node without dependencies reads the
+        // empty /dev/null: a file made and removed for every leaf of a fan-in or point of a sweep was a seventh
+        // of the inodes a node's first run made (on ext4 without a journal, each new inode skips the ones
+        // deleted in the last minutes: `bench/engine_vs_peers.sh`, fan-in).
+        let deps_file = if job.inputs.is_empty() {
+            PathBuf::from(EMPTY_DEPS_FILE)
+        } else {
+            let listing: String = job
+                .inputs
+                .iter()
+                .map(|(id, dir)| format!("{id}\t{}\n", dir.display()))
+                .collect();
+            let deps_file = job.out_dir.join(DEPS_FILE);
+            fs::write(&deps_file, listing)
+                .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_file.display())))?;
+            deps_file
+        };
         env.push(("FRACFLOW_DEPS".into(), deps_file.display().to_string()));
         if job.inputs.len() <= MAX_DEP_VARIABLES {
             env.extend(
@@ -792,6 +803,14 @@ mod tests {
 
     /// Runs a `command` node with `config` in a fresh directory: its result and its output directory.
     fn run_node(config: serde_json::Value) -> (Result<Outcome, NodeError>, tempfile::TempDir) {
+        run_node_after(config, &[])
+    }
+
+    /// [`run_node`] with dependencies: each id's output directory is `dep-<id>` in the fresh directory.
+    fn run_node_after(
+        config: serde_json::Value,
+        deps: &[&str],
+    ) -> (Result<Outcome, NodeError>, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let out = dir.path().join("out");
         fs::create_dir_all(&out).expect("out dir");
@@ -806,7 +825,10 @@ mod tests {
             ("bench".to_owned(), serde_json::json!(3)),
             ("idx".to_owned(), serde_json::json!(7)),
         ]);
-        let inputs = BTreeMap::new();
+        let inputs = deps
+            .iter()
+            .map(|id| (id.to_string(), dir.path().join(format!("dep-{id}"))))
+            .collect();
         let cancel = Cancel::new();
         let identity = RunIdentity::default();
         let job = Job {
@@ -821,6 +843,38 @@ mod tests {
             key: "",
         };
         (CommandKind.execute(&job), dir)
+    }
+
+    /// The dependency listing: a file in the output directory (never an output) with a line per dependency,
+    /// and the empty `/dev/null` for a node without any, which makes no file.
+    #[test]
+    fn the_dependency_listing_names_each_dependency_or_is_empty() {
+        let count =
+            serde_json::json!({"run": "wc -l < \"$FRACFLOW_DEPS\" > \"$FRACFLOW_OUT/deps\""});
+        let (result, dir) = run_node(count.clone());
+        result.expect("the node succeeds");
+        let out = dir.path().join("out");
+        assert_eq!(
+            fs::read_to_string(out.join("deps")).ok().as_deref(),
+            Some("0\n")
+        );
+        assert!(!out.join(DEPS_FILE).exists());
+        let (result, dir) = run_node_after(count, &["a", "b"]);
+        result.expect("the node succeeds");
+        let out = dir.path().join("out");
+        assert_eq!(
+            fs::read_to_string(out.join("deps")).ok().as_deref(),
+            Some("2\n")
+        );
+        let listing = fs::read_to_string(out.join(DEPS_FILE)).unwrap_or_default();
+        assert_eq!(
+            listing,
+            format!(
+                "a\t{}\nb\t{}\n",
+                dir.path().join("dep-a").display(),
+                dir.path().join("dep-b").display()
+            )
+        );
     }
 
     #[test]
