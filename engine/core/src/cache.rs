@@ -164,7 +164,12 @@ pub struct Cache {
     remote: Option<Arc<RemoteTier>>,
     /// Every change to the cache's files goes through here (see `fracflow_record::atomic`).
     files: Files,
+    /// Emptied staging directories of committed nodes, handed to the next nodes (see [`Cache::staging_dir`]).
+    staging_pool: Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
+
+/// At most this many emptied staging directories wait for a node; more are removed.
+const STAGING_POOL_MAX: usize = 64;
 
 /// The largest entry a remote may send (local entries are a few KiB).
 const MAX_REMOTE_ENTRY: u64 = 16 << 20;
@@ -231,6 +236,7 @@ impl Cache {
             blob_store: Arc::new(StoreDir::new(root.join("blobs"))),
             remote: None,
             files,
+            staging_pool: Arc::default(),
         })
     }
 
@@ -304,9 +310,14 @@ impl Cache {
             .join(format!("{}.json", blake3::hash(node.as_bytes()).to_hex()))
     }
 
-    /// A fresh private staging directory; nothing in it is visible to anyone until `put` publishes it. Its name
-    /// starts with this engine's owner name (see [`StagingOwner`]), so a later run or `gc` can tell when the
-    /// engine that made it is dead.
+    /// A fresh private, empty staging directory; nothing in it is visible to anyone until `put` publishes it.
+    /// Its name starts with this engine's owner name (see [`StagingOwner`]), so a later run or `gc` can tell when
+    /// the engine that made it is dead.
+    ///
+    /// A committed node's emptied directory ([`Cache::recycle_staging`]) is renamed for the next node rather
+    /// than a directory removed and another made: on ext4 without a journal every new inode skips the inodes
+    /// deleted in the last minutes, so each directory made and removed per node slowed the nodes after it
+    /// (`bench/chain_latency.sh`).
     pub fn staging_dir(&self, label: &str) -> io::Result<PathBuf> {
         let safe: String = label
             .chars()
@@ -318,10 +329,61 @@ impl Cache {
         let owner = StagingOwner::of(&tmp)?;
         let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
         let dir = tmp.join(format!("{owner}.{safe}-{}", &nonce[..16]));
+        let pooled = self
+            .staging_pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        if let Some(pooled) = pooled {
+            // Only this engine names directories with its owner prefix, and never twice (a random nonce).
+            if self.files.rename(&pooled, &dir).is_ok() {
+                return Ok(dir);
+            }
+            let _ = self.files.remove_dir_all(&pooled);
+        }
         // `create_dir`, not `create_dir_all`: should the name ever repeat, this fails instead of sharing a
         // directory with another engine.
         self.files.create_dir(&dir)?;
         Ok(dir)
+    }
+
+    /// Takes back the staging directory of a committed node: emptied of what the node left beside its
+    /// published outputs and kept for [`Cache::staging_dir`], or removed when that fails or enough wait.
+    pub fn recycle_staging(&self, dir: &Path) {
+        let emptied = (|| -> io::Result<()> {
+            for entry in fs::read_dir(dir)? {
+                let path = entry?.path();
+                if fs::symlink_metadata(&path)?.is_dir() {
+                    self.files.remove_dir_all(&path)?;
+                } else {
+                    self.files.remove_file(&path)?;
+                }
+            }
+            Ok(())
+        })();
+        let mut pool = self
+            .staging_pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if emptied.is_ok() && pool.len() < STAGING_POOL_MAX {
+            pool.push(dir.to_owned());
+        } else {
+            drop(pool);
+            let _ = self.files.remove_dir_all(dir);
+        }
+    }
+
+    /// Removes the staging directories waiting for a node (at the end of a run).
+    pub fn drain_staging_pool(&self) {
+        let pooled = std::mem::take(
+            &mut *self
+                .staging_pool
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for dir in pooled {
+            let _ = self.files.remove_dir_all(&dir);
+        }
     }
 
     /// Removes the staging directories under `tmp/` whose engine is dead, and returns how many. An owner is dead
@@ -1406,6 +1468,31 @@ mod tests {
         fs::create_dir(&staging)?;
         fs::write(staging.join("half-written"), b"x")?;
         Ok(staging)
+    }
+
+    /// A committed node's staging directory comes back to the next node emptied and under the next node's
+    /// name, never shared; what still waits at the end of a run is removed.
+    #[test]
+    fn a_recycled_staging_directory_comes_back_empty_under_a_new_name() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let first = cache.staging_dir("first")?;
+        fs::write(first.join("undeclared"), b"x")?;
+        fs::create_dir(first.join("scratch"))?;
+        fs::write(first.join("scratch").join("file"), b"y")?;
+        cache.recycle_staging(&first);
+        let second = cache.staging_dir("second")?;
+        assert!(!first.exists(), "{}", first.display());
+        assert_ne!(first, second);
+        assert!(second.display().to_string().contains(".second-"));
+        assert_eq!(fs::read_dir(&second)?.count(), 0);
+        cache.recycle_staging(&second);
+        assert!(second.is_dir(), "kept for the next node");
+        cache.drain_staging_pool();
+        assert!(!second.exists());
+        let third = cache.staging_dir("third")?;
+        assert!(third.is_dir() && third != second);
+        Ok(())
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub(super) fn committer(
             let _ = checkpoint.write();
         }
     }
+    cache.drain_staging_pool();
 }
 
 fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
@@ -91,7 +92,7 @@ fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
         .zip(results)
         .map(|((index, kind, seconds, key_lock, staging), result)| {
             if let Some(staging) = staging {
-                let _ = cache.files().remove_dir_all(&staging);
+                cache.recycle_staging(&staging);
             }
             // Committed (or failed): a waiting engine now finds the entry, or builds the key itself.
             drop(key_lock);
