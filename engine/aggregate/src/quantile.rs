@@ -124,7 +124,7 @@ impl Buckets {
 
 /// A latency as an exact selection holds it: `u32` when the point's column is stored in at most 4 bytes (half
 /// the memory, and half the bytes every pass over the values reads), `u64` otherwise.
-pub(crate) trait Latency: Copy + Default + Ord + Send + Sync + Into<u64> {
+pub(crate) trait Latency: Copy + Ord + Send + Sync + Into<u64> {
     /// The largest value of the type.
     const MAX: u64;
 
@@ -233,60 +233,41 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
         let slot = *slot_of_bucket.get(bucket.checked_sub(low)?)?;
         (slot != NO_SLOT).then_some(slot as usize)
     };
-    // The target buckets' values side by side in one vector, each bucket's at its place: the counts say how
-    // many there are. A vector per bucket, grown as values arrive, made a trace's selections allocate a
-    // million times (and the kernel zero the pages those allocations took).
-    let mut starts = Vec::with_capacity(target_buckets.len() + 1);
-    let mut total = 0usize;
-    for &b in &target_buckets {
-        starts.push(total);
-        total += counts[b].into() as usize;
+    struct Pass<T> {
+        sum: u128,
+        max: u64,
+        candidates: Vec<Vec<T>>,
     }
-    starts.push(total);
-    let mut candidates = vec![T::default(); total];
-    let chunk = select_chunk(n);
-    let (sum, max) = if n <= chunk {
-        // Few values (a trace's group, whose neighbours run in parallel) in one task.
-        let mut next = starts.clone();
-        let (mut sum, mut max) = (0u128, 0u64);
-        for piece in pieces {
-            // The sum and the maximum in a loop of their own, which vectorizes.
-            let (piece_sum, piece_max) = T::sum_and_max(piece);
-            sum += piece_sum;
-            max = max.max(piece_max);
-            for &v in *piece {
-                if let Some(slot) = slot(buckets.of(v.into())) {
-                    candidates[next[slot]] = v;
-                    next[slot] += 1;
-                }
+    let empty = || Pass {
+        sum: 0,
+        max: 0,
+        candidates: vec![Vec::new(); target_buckets.len()],
+    };
+    let add = |mut pass: Pass<T>, chunk: &[T]| {
+        // The sum and the maximum in a loop of their own, which vectorizes.
+        let (sum, max) = T::sum_and_max(chunk);
+        pass.sum += sum;
+        pass.max = pass.max.max(max);
+        for &v in chunk {
+            if let Some(slot) = slot(buckets.of(v.into())) {
+                pass.candidates[slot].push(v);
             }
         }
-        (sum, max)
+        pass
+    };
+    let chunk = select_chunk(n);
+    // Few values (a trace's group, whose neighbours run in parallel) in one task.
+    let Pass {
+        sum,
+        max,
+        mut candidates,
+    } = if n <= chunk {
+        pieces.iter().copied().fold(empty(), add)
     } else {
-        struct Pass<T> {
-            sum: u128,
-            max: u64,
-            candidates: Vec<Vec<T>>,
-        }
-        let empty = || Pass {
-            sum: 0,
-            max: 0,
-            candidates: vec![Vec::new(); target_buckets.len()],
-        };
-        let pass = pieces
+        pieces
             .par_iter()
             .flat_map(|piece| piece.par_chunks(chunk))
-            .fold(empty, |mut pass, chunk| {
-                let (sum, max) = T::sum_and_max(chunk);
-                pass.sum += sum;
-                pass.max = pass.max.max(max);
-                for &v in chunk {
-                    if let Some(slot) = slot(buckets.of(v.into())) {
-                        pass.candidates[slot].push(v);
-                    }
-                }
-                pass
-            })
+            .fold(empty, add)
             .reduce(empty, |mut a, b| {
                 a.sum += b.sum;
                 a.max = a.max.max(b.max);
@@ -295,18 +276,11 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
                     .zip(b.candidates)
                     .for_each(|(x, mut y)| x.append(&mut y));
                 a
-            });
-        for (slot, values) in pass.candidates.iter().enumerate() {
-            candidates[starts[slot]..starts[slot + 1]].copy_from_slice(values);
-        }
-        (pass.sum, pass.max)
+            })
     };
     let selected = targets
         .into_iter()
-        .map(|(slot, rank)| {
-            let bucket = &mut candidates[starts[slot]..starts[slot + 1]];
-            (*bucket.select_nth_unstable(rank).1).into()
-        })
+        .map(|(slot, rank)| (*candidates[slot].select_nth_unstable(rank).1).into())
         .collect();
     (sum, max, selected)
 }
@@ -315,8 +289,9 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
 /// type's whole range as they arrive once they fill a piece. A trace's groups are filled this way while the
 /// sidecar is read, so that their summaries and CDFs ([`counted_summary_and_cdf`]) take one more pass over the
 /// values instead of three passes and a copy into one vector per group: the copy and the passes took 60 % of a
-/// trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`). Pieces of a fixed size instead of one growing
-/// vector: the copies of growth and the kernel zeroing the pages of each larger vector were a fifth of it.
+/// trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`). Pieces of a fixed size, so that the runs of
+/// threads a point was read in merge without copying, and a group is counted once it holds a piece's worth (one
+/// growing vector per group measured the same).
 #[derive(Debug)]
 pub(crate) struct CountedValues<T> {
     /// Per bucket of [`Buckets::whole_range`] of `T`, once the values fill a piece: below that, the counters
