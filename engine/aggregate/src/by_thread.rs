@@ -199,13 +199,20 @@ impl<T: RowValue + Latency> TraceGroups<T> {
     /// otherwise.
     #[inline]
     fn id(&mut self, key: GroupKey) -> usize {
-        if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
-            let id = self.dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
+        if let Some(index) = Self::dense_index(key) {
+            let id = self.dense[index];
             if id != Self::NO_ID {
                 return id as usize;
             }
         }
         self.id_slowly(key)
+    }
+
+    /// Where `key`'s id is in `dense`, when it has its place there.
+    #[inline]
+    fn dense_index(key: GroupKey) -> Option<usize> {
+        (key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS)
+            .then(|| (key.slot * DENSE_FRAGMENTS + key.fragments) as usize)
     }
 
     /// The id of a key new to this run or outside the dense table, made for it when it is new.
@@ -217,8 +224,8 @@ impl<T: RowValue + Latency> TraceGroups<T> {
             groups.push(CountedValues::new());
             (keys.len() - 1) as u32
         };
-        let id = if key.slot < DENSE_SLOTS && key.fragments < DENSE_FRAGMENTS {
-            let entry = &mut self.dense[(key.slot * DENSE_FRAGMENTS + key.fragments) as usize];
+        let id = if let Some(index) = Self::dense_index(key) {
+            let entry = &mut self.dense[index];
             if *entry == Self::NO_ID {
                 *entry = new_id();
             }
