@@ -52,6 +52,13 @@ pub trait FileOps: Send + Sync + fmt::Debug {
     /// Makes everything written to the filesystem that holds `path` durable (`syncfs`): one call for many
     /// files and directories at once.
     fn sync_fs(&self, path: &Path) -> io::Result<()>;
+    /// Whether [`FileOps::sync_fs`] on the filesystem holding `path` makes its files and names as durable as
+    /// syncing each of them would: true only where the kernel's `syncfs` commits the filesystem's journal or
+    /// log and flushes the device. Elsewhere (FUSE and network filesystems among them) only per-file syncs
+    /// reach the storage, so the default is no.
+    fn sync_fs_is_durable(&self, _path: &Path) -> bool {
+        false
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn create_dir(&self, dir: &Path) -> io::Result<()>;
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()>;
@@ -115,6 +122,10 @@ impl FileOps for RealFiles {
         } else {
             Err(io::Error::last_os_error())
         }
+    }
+
+    fn sync_fs_is_durable(&self, path: &Path) -> bool {
+        local_filesystem_with_full_sync(path)
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -318,6 +329,31 @@ pub fn atomic_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Files::real().publish(path, bytes, Publish::Unsynced)
 }
 
+/// Whether `path` is on a local filesystem whose `syncfs` writes back every dirty file and name and then
+/// commits and flushes like `fsync` does: ext2/3/4 (`ext4_sync_fs` commits the journal and flushes the
+/// device, or flushes it without a journal), XFS (forces the log), btrfs (commits the transaction), F2FS (a
+/// checkpoint), and tmpfs, where nothing outlives power loss anyway. Recognised by `statfs`'s magic number.
+fn local_filesystem_with_full_sync(path: &Path) -> bool {
+    const EXT2_3_4: u32 = 0xEF53;
+    const XFS: u32 = 0x5846_5342;
+    const BTRFS: u32 = 0x9123_683E;
+    const F2FS: u32 = 0xF2F5_2010;
+    const TMPFS: u32 = 0x0102_1994;
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes only into `info`, which lives on this stack frame; `name` is NUL-terminated.
+    let magic = unsafe {
+        let mut info: libc::statfs = std::mem::zeroed();
+        if libc::statfs(name.as_ptr(), &mut info) != 0 {
+            return false;
+        }
+        // The magic numbers are 32 bits; `f_type`'s width differs between architectures.
+        info.f_type as u32
+    };
+    [EXT2_3_4, XFS, BTRFS, F2FS, TMPFS].contains(&magic)
+}
+
 /// Makes a rename or create inside `dir` durable across power loss.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     RealFiles.sync_dir(dir)
@@ -326,6 +362,14 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn syncfs_is_trusted_on_local_filesystems_only() {
+        // tmpfs is one of the recognised filesystems; procfs stores nothing and is not; a missing path is not.
+        assert!(RealFiles.sync_fs_is_durable(Path::new("/dev/shm")));
+        assert!(!RealFiles.sync_fs_is_durable(Path::new("/proc/self")));
+        assert!(!RealFiles.sync_fs_is_durable(Path::new("/no/such/place")));
+    }
 
     #[test]
     fn replaces_content_and_leaves_no_temporary() -> io::Result<()> {

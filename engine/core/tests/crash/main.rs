@@ -277,10 +277,54 @@ fn workload(top: &Path, files: &Files, reported: &mut Reported) -> BTreeMap<Stri
             });
         }
     });
+    // Two results committed in one batch, one with a log: the recording layer says its `syncfs` is durable,
+    // so the batch is synced by filesystem, and each crash point between its three syncfs calls is checked.
+    let log = top.join("batch.log");
+    std::fs::write(&log, "the log of a batched node").expect("log written");
+    let batch: Vec<_> = [9, 10]
+        .into_iter()
+        .map(|value| {
+            let staged = cache.staging_dir("batch").expect("staging");
+            std::fs::write(staged.join("out"), format!("batch {value}")).expect("staged output");
+            let result = cache
+                .stage(
+                    &format!("batch-{value}"),
+                    &fingerprint(value),
+                    &staged,
+                    &["out".to_owned()],
+                    BTreeMap::new(),
+                    (value == 9).then_some(log.as_path()),
+                    0.1,
+                    "now".into(),
+                )
+                .expect("staged");
+            (result, staged)
+        })
+        .collect();
+    let count_syncfs = |reported: &Reported| {
+        let log = reported.recorder.log();
+        log.ops
+            .iter()
+            .filter(|op| matches!(op, recorder::Op::SyncFs))
+            .count()
+    };
+    let syncs_before = count_syncfs(reported);
+    let (batch, staging): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    for committed in cache.commit(batch) {
+        committed.expect("the batch commits");
+    }
+    assert_eq!(
+        count_syncfs(reported) - syncs_before,
+        3,
+        "three syncfs calls"
+    );
+    for staged in staging {
+        files.remove_dir_all(&staged).expect("staging removed");
+    }
     // The extra entries are in no run: gc removes them and their blobs.
     let keep: HashSet<String> = first.nodes.values().filter_map(|r| r.key.clone()).collect();
     let report = cache.gc(&keep, Duration::ZERO).expect("gc");
-    assert_eq!(report.entries_removed, 2, "{report:?}");
+    assert_eq!(report.entries_removed, 4, "{report:?}");
     let (status, second, executed) = run(top, files, &graph(40), reported);
     assert_eq!(status, RunStatus::Succeeded);
     assert_eq!(executed, ["d"], "only the changed node runs");

@@ -280,6 +280,11 @@ impl FileOps for Recorder {
         Ok(())
     }
 
+    /// The model takes a `syncfs` as making everything before it durable, whatever the filesystem below.
+    fn sync_fs_is_durable(&self, _path: &Path) -> bool {
+        true
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut log = self.lock();
         let source = self.resolve(&mut log, from)?;
@@ -353,6 +358,10 @@ impl FileOps for Recorder {
     }
 
     fn set_readonly(&self, path: &Path) -> io::Result<()> {
+        // A file made outside the layer (a node's output) is taken in here at the latest: its content is
+        // final once the cache makes it read-only, and a `syncfs` that follows covers it.
+        let mut log = self.lock();
+        self.resolve(&mut log, path)?;
         RealFiles.set_readonly(path)
     }
 
