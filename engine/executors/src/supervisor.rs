@@ -77,6 +77,7 @@ pub fn supervise(expected_parent: u32, mut command: std::process::Command) -> io
     }
     let child = command.spawn()?;
     let child = child.id() as libc::pid_t;
+    release_stdio();
     let mut ended: Option<libc::c_int> = None;
     loop {
         // SAFETY: sigtimedwait writes only into `info`, which lives on this stack frame.
@@ -108,6 +109,26 @@ pub fn supervise(expected_parent: u32, mut command: std::process::Command) -> io
         Some(status) if libc::WIFEXITED(status) => Ended::Exited(libc::WEXITSTATUS(status)),
         _ => Ended::Exited(1),
     })
+}
+
+/// Points the supervisor's own stdin, stdout and stderr at `/dev/null` once the command holds its copies: the
+/// engine reads the command's stdout until its end, which then comes when the command's tree closes it
+/// rather than when the supervisor exits after reaping (a chain's nodes waited about 90 µs each for that).
+/// Nothing is written to them after the command started. Without `/dev/null` they stay as they are.
+fn release_stdio() {
+    // SAFETY: open, dup2 and close on descriptors this process owns; 0, 1 and 2 stay valid throughout.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            return;
+        }
+        for target in 0..3 {
+            libc::dup2(null, target);
+        }
+        if null > 2 {
+            libc::close(null);
+        }
+    }
 }
 
 fn check(code: libc::c_int) -> io::Result<()> {
