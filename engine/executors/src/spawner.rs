@@ -507,13 +507,13 @@ fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc
         }
     }
     drop((stdin, stdout, stderr));
-    let mut command = std::process::Command::new(&request.program);
-    command
-        .args(&request.args)
-        .env_clear()
-        .envs(request.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&request.cwd);
-    let ending = match supervisor::supervise(spawner, command) {
+    let command = supervisor::Program {
+        program: &request.program,
+        args: &request.args,
+        env: &request.env,
+        cwd: &request.cwd,
+    };
+    let ending = match supervisor::supervise(spawner, &command) {
         Ok(ending) => ending,
         Err(error) => {
             let _ = writeln!(
