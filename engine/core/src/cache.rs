@@ -957,14 +957,8 @@ impl Cache {
                 .files
                 .get(name)
                 .ok_or_else(|| io::Error::other(format!("output `{name}` has no staged file")))?;
-            match durability {
-                Durability::EachFile => {
-                    self.files
-                        .create_dir_all_durable(&self.blob_dir(&blob.hash))?;
-                    self.files.sync_file(file)?;
-                }
-                Durability::Filesystem => self.files.create_dir_all(&self.blob_dir(&blob.hash))?,
-            }
+            self.create_store_dir(&self.blob_dir(&blob.hash), durability)?;
+            self.sync_file_unless_filesystem(file, durability)?;
             self.files.set_readonly(file)?;
             rename(file.clone(), target);
         }
@@ -977,9 +971,7 @@ impl Cache {
             if !target.is_file() {
                 let copy = self.blob_temporary(&blob.hash)?;
                 self.files.copy_new(log, &copy)?;
-                if durability == Durability::EachFile {
-                    self.files.sync_file(&copy)?;
-                }
+                self.sync_file_unless_filesystem(&copy, durability)?;
                 self.files.set_readonly(&copy)?;
                 rename(copy, target);
             }
@@ -1024,22 +1016,32 @@ impl Cache {
         let path = self.entry_path(&entry.key);
         let dir = path.parent().unwrap_or(&self.root);
         let tmp = dir.join(format!("{}.json.{}.part", entry.key, unique_suffix()));
-        let written = match durability {
-            Durability::EachFile => self
-                .files
-                .create_dir_all_durable(dir)
-                .and_then(|()| self.files.write_new(&tmp, &bytes))
-                .and_then(|()| self.files.sync_file(&tmp)),
-            Durability::Filesystem => self
-                .files
-                .create_dir_all(dir)
-                .and_then(|()| self.files.write_new(&tmp, &bytes)),
-        };
+        let written = self
+            .create_store_dir(dir, durability)
+            .and_then(|()| self.files.write_new(&tmp, &bytes))
+            .and_then(|()| self.sync_file_unless_filesystem(&tmp, durability));
         if let Err(e) = written {
             let _ = self.files.remove_file(&tmp);
             return Err(e);
         }
         Ok(tmp)
+    }
+
+    /// Creates `dir` and its missing parents, each made durable in its parent at once unless the whole
+    /// filesystem is synced next.
+    fn create_store_dir(&self, dir: &Path, durability: Durability) -> io::Result<()> {
+        match durability {
+            Durability::EachFile => self.files.create_dir_all_durable(dir),
+            Durability::Filesystem => self.files.create_dir_all(dir),
+        }
+    }
+
+    /// Syncs `file`'s data, unless the whole filesystem is synced next.
+    fn sync_file_unless_filesystem(&self, file: &Path, durability: Durability) -> io::Result<()> {
+        match durability {
+            Durability::EachFile => self.files.sync_file(file),
+            Durability::Filesystem => Ok(()),
+        }
     }
 
     /// In [`Durability::Filesystem`], one `syncfs` of the cache's filesystem: everything written so far is

@@ -55,14 +55,10 @@ pub enum Ended {
 /// set up or the program could not be started.
 pub fn supervise(expected_parent: u32, command: &Program<'_>) -> io::Result<Ended> {
     let watched = signal_set(&[&FORWARDED[..], &[STOP_ALL, libc::SIGCHLD]].concat());
-    // SAFETY: plain libc calls on a sigset we own; no memory is shared with other threads (there are none).
+    // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
+    change_thread_mask(libc::SIG_BLOCK, &watched)?;
+    // SAFETY: plain libc calls with no pointers; no memory is shared with other threads (there are none).
     unsafe {
-        // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
-        check(libc::pthread_sigmask(
-            libc::SIG_BLOCK,
-            &watched,
-            std::ptr::null_mut(),
-        ))?;
         // SIGCHLD must not be ignored, or children would be reaped by the kernel and their status lost.
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
@@ -284,6 +280,12 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
     })
 }
 
+/// Blocks (`SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) `signals` in the calling thread.
+fn change_thread_mask(how: libc::c_int, signals: &libc::sigset_t) -> io::Result<()> {
+    // SAFETY: pthread_sigmask reads `signals` and changes only this thread's mask.
+    check(unsafe { libc::pthread_sigmask(how, signals, std::ptr::null_mut()) })
+}
+
 fn check(code: libc::c_int) -> io::Result<()> {
     if code == 0 {
         Ok(())
@@ -456,14 +458,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         // Blocked here, in the thread that starts the commands, as the supervisor blocks its signals.
         let blocked = signal_set(&[libc::SIGTERM, libc::SIGINT]);
-        // SAFETY: pthread_sigmask changes only this thread's mask, restored below.
-        unsafe {
-            check(libc::pthread_sigmask(
-                libc::SIG_BLOCK,
-                &blocked,
-                std::ptr::null_mut(),
-            ))?
-        };
+        change_thread_mask(libc::SIG_BLOCK, &blocked)?;
         // Field 5 of /proc/PID/stat is the process group (the name, field 2, is `sh`: no spaces).
         let group = run(
             "/bin/sh",
@@ -478,14 +473,7 @@ mod tests {
             &[("PATH", "/usr/bin:/bin")],
             dir.path(),
         );
-        // SAFETY: as above.
-        unsafe {
-            check(libc::pthread_sigmask(
-                libc::SIG_UNBLOCK,
-                &blocked,
-                std::ptr::null_mut(),
-            ))?
-        };
+        change_thread_mask(libc::SIG_UNBLOCK, &blocked)?;
         assert_eq!(group?, 0);
         assert_eq!(mask?, 0, "the command started with signals blocked");
         let group = std::fs::read_to_string(dir.path().join("group"))?;
