@@ -1526,7 +1526,7 @@ impl io::Write for HashingWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fracflow_record::atomic_write;
+    use fracflow_record::{RealFiles, atomic_write};
     use std::os::unix::fs::PermissionsExt;
 
     /// Leaves in `tmp/` what a dead engine of `host` leaves: its unlocked owner lock and one staging directory
@@ -1546,6 +1546,98 @@ mod tests {
         fs::create_dir(&staging)?;
         fs::write(staging.join("half-written"), b"x")?;
         Ok(staging)
+    }
+
+    /// The real filesystem, except that `syncfs` is taken as durable and always fails (a write-back error).
+    #[derive(Debug)]
+    struct FailingSyncfs;
+
+    impl fracflow_record::FileOps for FailingSyncfs {
+        fn create_new(&self, path: &Path) -> io::Result<Box<dyn std::io::Write + Send>> {
+            RealFiles.create_new(path)
+        }
+        fn open_append(&self, path: &Path) -> io::Result<Box<dyn fracflow_record::AppendFile>> {
+            RealFiles.open_append(path)
+        }
+        fn sync_file(&self, path: &Path) -> io::Result<()> {
+            RealFiles.sync_file(path)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            RealFiles.sync_dir(dir)
+        }
+        fn sync_fs(&self, _path: &Path) -> io::Result<()> {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        }
+        fn sync_fs_is_durable(&self, _path: &Path) -> bool {
+            true
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            RealFiles.rename(from, to)
+        }
+        fn create_dir(&self, dir: &Path) -> io::Result<()> {
+            RealFiles.create_dir(dir)
+        }
+        fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+            RealFiles.hard_link(original, link)
+        }
+        fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
+            RealFiles.symlink(target, link)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            RealFiles.remove_file(path)
+        }
+        fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+            RealFiles.remove_dir(dir)
+        }
+        fn set_readonly(&self, path: &Path) -> io::Result<()> {
+            RealFiles.set_readonly(path)
+        }
+        fn set_modified(&self, path: &Path, when: std::time::SystemTime) -> io::Result<()> {
+            RealFiles.set_modified(path, when)
+        }
+    }
+
+    /// A group committed by filesystem whose `syncfs` fails: every result of the group fails with the reason,
+    /// and no entry is published (the blobs' data might not be durable). A lone result is synced file by file
+    /// and commits.
+    #[test]
+    fn a_failed_syncfs_fails_its_whole_group_and_publishes_no_entry() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open_with(dir.path(), Files::new(Arc::new(FailingSyncfs)))?;
+        let stage = |value: u64| -> io::Result<Staged> {
+            let staging = cache.staging_dir("node")?;
+            fs::write(staging.join("out"), format!("output {value}"))?;
+            let mut fingerprint = fingerprint();
+            fingerprint
+                .config
+                .insert("value".to_owned(), serde_json::json!(value));
+            cache.stage(
+                &format!("node-{value}"),
+                &fingerprint,
+                &staging,
+                &["out".to_owned()],
+                BTreeMap::new(),
+                None,
+                0.1,
+                "now".into(),
+            )
+        };
+        let group = vec![stage(1)?, stage(2)?];
+        let keys: Vec<String> = group
+            .iter()
+            .map(|staged| staged.entry.key.clone())
+            .collect();
+        for (result, key) in cache.commit(group).into_iter().zip(&keys) {
+            let message = result.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                message.starts_with("syncing the cache's filesystem failed: "),
+                "{message}"
+            );
+            assert!(!cache.entry_path(key).exists(), "no entry for {key}");
+        }
+        let alone = cache.commit(vec![stage(3)?]).pop().transpose()?;
+        assert!(alone.is_some_and(|entry| cache.entry_path(&entry.key).exists()));
+        Ok(())
     }
 
     /// A committed node's staging directory comes back to the next node emptied and under the next node's

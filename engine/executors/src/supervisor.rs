@@ -435,9 +435,22 @@ mod tests {
             "relative\n"
         );
         let missing = run("tool", &[], &[("PATH", "/usr/bin:/bin")], dir.path());
-        assert_eq!(missing.map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
+        assert_eq!(
+            missing.map_err(|e| (e.kind(), e.to_string())),
+            Err((
+                io::ErrorKind::NotFound,
+                "tool not found on PATH /usr/bin:/bin".to_owned()
+            ))
+        );
         let nul = run("sh", &["-c", "true\0"], &[], dir.path());
-        assert_eq!(nul.map_err(|e| e.kind()), Err(io::ErrorKind::InvalidInput));
+        assert_eq!(
+            nul.map_err(|e| (e.kind(), e.to_string())),
+            Err((
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in a program name, argument, environment variable or directory"
+                    .to_owned()
+            ))
+        );
         Ok(())
     }
 
