@@ -210,3 +210,31 @@ fn commands_start_through_the_small_spawner_or_the_commands_own() {
         "started by {parent:?}"
     );
 }
+
+/// The spawner forks each command's supervisor ahead of the request (a standby waiting for it), and a standby
+/// that died is replaced by a fork at the request. The first node waits for the standby forked after its own
+/// supervisor (a child of the spawner that is not its parent), kills it and waits until it is dead (a zombie or
+/// reaped: a SIGKILL is delivered asynchronously, and a standby still alive would take the second node); the
+/// second still runs.
+#[test]
+fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() {
+    let sandbox = Sandbox::new();
+    // A bounded wait (10 s) for the standby; `stat`'s fourth field is the parent's pid (`{{ }}`: literal braces
+    // in a template).
+    let find_and_kill = r#"spawner=$(cut -d' ' -f4 /proc/$PPID/stat); i=0; standby=; while [ -z "$standby" ] && [ $i -lt 500 ]; do standby=$(awk -v p=$spawner -v me=$PPID '$4 == p && $1 != me {{ print $1 }}' /proc/[0-9]*/stat 2>/dev/null); i=$((i + 1)); [ -n "$standby" ] || sleep 0.02; done; [ -n "$standby" ] && grep -q __spawner /proc/$standby/cmdline && kill -9 $standby && i=0 && until [ $i -ge 500 ] || [ "$(cut -d' ' -f3 /proc/$standby/stat 2>/dev/null || echo Z)" = Z ]; do i=$((i + 1)); sleep 0.02; done && echo "$standby" > "$FRACFLOW_OUT/o""#;
+    sandbox.write(
+        "pipelines/standby.yaml",
+        &format!(
+            "pipeline: standby\nnodes:\n  first:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
+             second:\n    kind: command\n    deps: [first]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
+            find_and_kill.replace('\'', "''")
+        ),
+    );
+    let output = sandbox.run(&["run", "standby", "--jobs", "1"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let nodes = sandbox.results("standby").join("latest/nodes");
+    let killed = std::fs::read_to_string(nodes.join("first/o")).expect("the first node's output");
+    assert!(killed.trim().parse::<u32>().is_ok(), "{killed:?}");
+    let second = std::fs::read_to_string(nodes.join("second/o")).expect("the second node's output");
+    assert_eq!(second, "ran\n");
+}

@@ -4,6 +4,12 @@
 //! `posix_spawn` and an exec of a trampoline binary per node (about a millisecond more per node: most of a
 //! chain's per-node cost beyond the command itself).
 //!
+//! The fork is made ahead of the request: the spawner keeps one *standby*, a supervisor forked before any
+//! command is known and waiting on a socket pair of its own. A request is passed on to it (the same header,
+//! descriptors and body) and a new standby is forked once the engine has its answer, so a chain's next node
+//! does not wait for a fork on its critical path. When no standby is there (it died, or could not be
+//! forked), the spawner forks the supervisor as the request arrives.
+//!
 //! Lifetimes. The spawner dies with the engine (`PR_SET_PDEATHSIG=SIGKILL`, and it checks that its parent is
 //! still the engine). Each supervisor is a child subreaper with `PR_SET_PDEATHSIG=STOP_ALL` on the
 //! spawner, so when the engine dies, the spawner dies, and every supervisor kills its command's whole tree.
@@ -21,7 +27,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -180,31 +186,16 @@ impl Connection {
         request: &Request<'_>,
     ) -> io::Result<Result<(u32, OwnedFd, OwnedFd), String>> {
         let body = encode(request)?;
-        let header = (body.len() as u32).to_le_bytes();
+        let (status_read, status_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let fds = [
             request.stdin.as_fd(),
             request.stdout.as_fd(),
             request.stderr.as_fd(),
+            status_write.as_fd(),
         ];
-        let (status_read, status_write) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let all = [fds[0], fds[1], fds[2], status_write.as_fd()];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
-        let mut control = SendAncillaryBuffer::new(&mut space);
-        if !control.push(SendAncillaryMessage::ScmRights(&all)) {
-            return Err(io::Error::other("no room for the descriptors"));
-        }
-        let sent = sendmsg(
-            &self.socket,
-            &[IoSlice::new(&header)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        )?;
-        if sent != header.len() {
-            return Err(io::Error::other("the spawner took part of a header"));
-        }
+        send_request(&self.socket, &body, fds)?;
         drop(status_write);
-        self.socket.write_all(&body)?;
         let mut answer = [0u8; 8];
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -373,6 +364,8 @@ pub fn serve(args: &[String]) -> ExitCode {
     }
     // SAFETY: fd 0 is the socket the engine gave us as stdin; we own it from here.
     let socket = unsafe { UnixStream::from_raw_fd(0) };
+    // Without a standby, requests are served by forking as they come.
+    let mut standby = Standby::fork().ok();
     loop {
         reap_supervisors();
         match readable(&socket, REAP_EVERY) {
@@ -380,12 +373,93 @@ pub fn serve(args: &[String]) -> ExitCode {
             Ok(true) => {}
             Err(_) => return ExitCode::from(1),
         }
-        match serve_one(&socket) {
+        match serve_one(&socket, standby.take()) {
             Ok(true) => {}
             // The engine closed the socket: it is done with commands.
             Ok(false) => return ExitCode::SUCCESS,
             Err(_) => return ExitCode::from(1),
         }
+        // After the answer, off the next request's path.
+        standby = Standby::fork().ok();
+    }
+}
+
+/// A supervisor forked ahead of its command, waiting for it on `channel` (see the module's documentation).
+struct Standby {
+    pid: u32,
+    pidfd: OwnedFd,
+    channel: UnixStream,
+}
+
+impl Standby {
+    fn fork() -> io::Result<Standby> {
+        let (ours, theirs) = UnixStream::pair()?;
+        // SAFETY: getpid has no preconditions.
+        let spawner = unsafe { libc::getpid() } as u32;
+        // SAFETY: the spawner is single-threaded (see `fork_supervisor`), so the child may run ordinary code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            drop(ours);
+            let code = standby_in_child(spawner, theirs);
+            // SAFETY: ends the child at once, without running the spawner's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        drop(theirs);
+        let pidfd = pidfd_of(pid)?;
+        Ok(Standby {
+            pid: pid as u32,
+            pidfd,
+            channel: ours,
+        })
+    }
+
+    /// Passes a request on to the standby, which becomes its command's supervisor; answers its pid and
+    /// pidfd. An error (the standby died) leaves the request to be forked for.
+    fn hand_over(self, body: &[u8], fds: &[OwnedFd; 4]) -> io::Result<(u32, OwnedFd)> {
+        let fds = [
+            fds[0].as_fd(),
+            fds[1].as_fd(),
+            fds[2].as_fd(),
+            fds[3].as_fd(),
+        ];
+        let sent = send_request(&self.channel, body, fds);
+        if sent.is_err() {
+            // It may be alive but stuck: it must not become a second supervisor of this command later.
+            let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
+        }
+        sent.map(|()| (self.pid, self.pidfd))
+    }
+}
+
+/// The standby's life: it waits for its request, then supervises it as a freshly forked supervisor would.
+fn standby_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
+    // SAFETY: prctl, getppid, open and dup2 on descriptors this process owns. fd 0 is the engine's socket:
+    // a standby must not keep the spawner's end open, or an engine would not see a dead spawner's socket
+    // close.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+            || libc::getppid() as u32 != spawner
+        {
+            return 1;
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 || libc::dup2(null, 0) < 0 {
+            return 1;
+        }
+        libc::close(null);
+    }
+    let (body, fds) = match receive_request(&channel) {
+        Ok(Some(request)) => request,
+        // The spawner ended (the engine is done with commands) or sent garbage: nothing to supervise.
+        Ok(None) | Err(_) => return 0,
+    };
+    drop(channel);
+    match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
+        (Ok(request), Ok(fds)) => supervise_in_child(spawner, request, fds),
+        _ => 1,
     }
 }
 
@@ -400,8 +474,33 @@ fn reap_supervisors() {
     }
 }
 
-/// Reads one request and starts its supervisor; false at the end of the stream.
-fn serve_one(socket: &UnixStream) -> io::Result<bool> {
+/// Sends one request (header, descriptors, body) on `socket`: the engine to the spawner, or the spawner to its
+/// standby.
+fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 4]) -> io::Result<()> {
+    let header = (body.len() as u32).to_le_bytes();
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptors"));
+    }
+    let sent = sendmsg(
+        socket,
+        &[IoSlice::new(&header)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != header.len() {
+        return Err(io::Error::other("a header was taken in part"));
+    }
+    let mut written = 0;
+    while written < body.len() {
+        written += rustix::net::send(socket, &body[written..], SendFlags::NOSIGNAL)?;
+    }
+    Ok(())
+}
+
+/// Reads one request's body and descriptors; `None` at the end of the stream.
+fn receive_request(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut header = [0u8; 4];
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -412,7 +511,7 @@ fn serve_one(socket: &UnixStream) -> io::Result<bool> {
         RecvFlags::CMSG_CLOEXEC,
     )?;
     if received.bytes == 0 {
-        return Ok(false);
+        return Ok(None);
     }
     let fds: Vec<OwnedFd> = control
         .drain()
@@ -431,8 +530,20 @@ fn serve_one(socket: &UnixStream) -> io::Result<bool> {
     }
     let mut body = vec![0u8; length as usize];
     reader.read_exact(&mut body)?;
+    Ok(Some((body, fds)))
+}
+
+/// Reads one request and starts its supervisor: `standby` if there is one and it takes it, else a fork.
+/// False at the end of the stream.
+fn serve_one(socket: &UnixStream, standby: Option<Standby>) -> io::Result<bool> {
+    let Some((body, fds)) = receive_request(socket)? else {
+        return Ok(false);
+    };
     let answer = match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
-        (Ok(request), Ok(fds)) => fork_supervisor(request, fds),
+        (Ok(request), Ok(fds)) => match standby.map(|standby| standby.hand_over(&body, &fds)) {
+            Some(Ok(started)) => Ok(started),
+            None | Some(Err(_)) => fork_supervisor(request, fds),
+        },
         (Err(why), _) => Err(why),
         (_, Err(_)) => Err("a request without its four descriptors".to_owned()),
     };
@@ -482,14 +593,19 @@ fn fork_supervisor(request: Decoded, fds: [OwnedFd; 4]) -> Result<(u32, OwnedFd)
         unsafe { libc::_exit(code) };
     }
     drop(fds);
-    // The child cannot have been reaped yet (only this thread reaps), so the pid names it.
-    let pidfd = rustix::process::Pid::from_raw(pid)
-        .ok_or_else(|| "fork returned no pid".to_owned())
-        .and_then(|pid| {
-            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                .map_err(|e| format!("pidfd_open failed: {e}"))
-        })?;
+    let pidfd = pidfd_of(pid).map_err(|e| format!("pidfd_open failed: {e}"))?;
     Ok((pid as u32, pidfd))
+}
+
+/// A pidfd of a child just forked. It cannot have been reaped yet (only the spawner's one thread reaps, and
+/// not in between), so the pid names it.
+fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| io::Error::other("fork returned no pid"))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// The supervisor: its descriptors in place, it runs the command under [`supervisor::supervise`] and writes
