@@ -30,6 +30,7 @@
 mod commit;
 mod launch;
 mod state;
+mod workers;
 
 pub(crate) use state::exclusive;
 
@@ -51,6 +52,7 @@ use crate::statcache::StatCache;
 use commit::{Committed, Work};
 use launch::Finished;
 use state::{Next, Run};
+use workers::Workers;
 
 /// What the run's driver hears from the threads it started.
 #[derive(Debug)]
@@ -187,15 +189,17 @@ pub fn run(
                 let _ = committed.send(Message::Committed(group));
             });
         });
+        // Dropped when the driver returns, however it returns, so that the scope's join finds them ending.
+        let workers = Workers::new(scope);
+        let identity = &identity;
         let driven = (|| loop {
             run.key_ready()?;
             run.launch(&mut |launch| {
                 let sender = sender.clone();
-                let identity = &identity;
-                scope.spawn(move || {
+                workers.run(Box::new(move || {
                     let finished = launch.execute(engine, cancel, identity);
                     let _ = sender.send(Message::Finished(Box::new(finished)));
-                });
+                }));
             })?;
             let wait = match run.next() {
                 Next::End => return Ok(()),
@@ -209,6 +213,7 @@ pub fn run(
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
             }
         })();
+        drop(workers);
         // Closing the queue ends the committer once it has published what it holds.
         run.close_committer();
         driven
