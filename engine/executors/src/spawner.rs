@@ -491,7 +491,7 @@ fn reap_supervisors() {
 /// later takes no fault there.
 #[inline(never)]
 fn touch_stack() {
-    const STACK_AHEAD: usize = 64 * 1024;
+    const STACK_AHEAD: usize = 16 * 1024;
     std::hint::black_box(&mut [0u8; STACK_AHEAD]);
 }
 
