@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Where a chain's per-node time goes between two commands, from kernel tracepoints (perf, run as root): an
+# N-node chain (`echo i > out` per node), first run; for fracflow and ninja in alternating rounds, the median
+# gap from one node's `sh` exiting to the next node's `sh` exec'ing (the engine's latency on the critical
+# path; ninja's is its own); then, in one more run each, the user page faults fracflow's spawner takes while
+# serving a request and a supervisor takes after its request arrived (copy-on-write copies on the critical path;
+# counts, which the machine's load does not move; a supervisor forked at the request counts all of its own).
+# With BASE=/path/to/an/older/fracflow, that build runs in the same rounds.
+# Projects live under TMPDIR (a tmpfs there leaves the filesystem's inode allocation out of the gap).
+# Usage: bench/chain_gap.sh [N] [ROUNDS]   (default 300 nodes, 3 rounds)
+set -euo pipefail
+nodes=${1:-300}
+rounds=${2:-3}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+command -v perf >/dev/null || { echo "chain_gap: needs perf (Debian linux-perf)" >&2; exit 1; }
+command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
+cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
+fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$nodes" "$work" <<'PY'
+import sys
+n, d = int(sys.argv[1]), sys.argv[2]
+y = ["pipeline: chain", "nodes:"]
+for i in range(n):
+    y.append(f"  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} > \"$FRACFLOW_OUT/o\"'")
+    if i:
+        y.append(f"    deps: [n{i - 1}]")
+open(f"{d}/chain.yaml", "w").write("\n".join(y) + "\n")
+nj = ["rule t", "  command = echo $id > $out", ""]
+for i in range(n):
+    nj.append(f"build o/{i}: t" + (f" | o/{i - 1}" if i else "") + f"\n  id = {i}")
+open(f"{d}/build.ninja", "w").write("\n".join(nj) + "\n")
+PY
+
+# One traced first run in a fresh project: label, the binary or `ninja`, and what to trace: `gap` (scheduler
+# tracepoints only) or `faults` (page faults too, which slows every fault down: never timed together). Prints the
+# label and the median gap, or the faults.
+traced() {
+  local dir=$work/$1-$RANDOM
+  mkdir -p "$dir/pipelines" "$dir/hw/testbeds"
+  printf 'kind: emulated\n' > "$dir/hw/testbeds/emulated.yaml"
+  cp "$work/chain.yaml" "$dir/pipelines/"
+  cp "$work/build.ninja" "$dir/"
+  local run=("$2" run chain --jobs 2)
+  [ "$2" = ninja ] && run=(ninja -j2)
+  local events=(-e sched:sched_process_exec -e sched:sched_process_exit)
+  [ "$3" = faults ] && events+=(-e exceptions:page_fault_user -e syscalls:sys_exit_recvmsg -e syscalls:sys_enter_clone)
+  (cd "$dir" && perf record -q -a -o "$dir/perf.data" "${events[@]}" -- "${run[@]}" >/dev/null 2>&1)
+  perf script -i "$dir/perf.data" -F comm,pid,time,event 2>/dev/null | python3 -c '
+import statistics, sys, collections
+label = sys.argv[1]
+gaps, exited = [], None
+faults = collections.Counter()
+events = collections.defaultdict(list)  # fracflow-exec pid -> its events in order
+for line in sys.stdin:
+    comm, pid, time, event = line.split()[:4]
+    time = float(time.rstrip(":"))
+    if comm == "sh" and event.startswith("sched:sched_process_exit"):
+        exited = time
+    elif comm == "sh" and event.startswith("sched:sched_process_exec") and exited is not None:
+        gaps.append((time - exited) * 1e3)
+        exited = None
+    elif comm == "fracflow-exec":
+        events[pid].append(event)
+line = f"{label:9} gap {statistics.median(gaps):.3f} ms (median of {len(gaps)})"
+if sys.argv[2] == "faults":
+    line = f"{label:9}"
+    spawner = max(events, key=lambda p: len(events[p]))
+    serving, requests, on = 0, 0, False
+    for event in events[spawner]:
+        if "recvmsg" in event:
+            on = True
+        elif "sys_enter_clone" in event:
+            on, requests = False, requests + 1
+        elif on:
+            serving += 1
+    after, supervisors = 0, 0
+    for pid, seen in events.items():
+        if pid == spawner or len(seen) < 4:
+            continue  # the spawner, or a posix_spawn child (one fault on its own stack)
+        supervisors += 1
+        arrived = next((i for i, e in enumerate(seen) if "recvmsg" in e), None)
+        after += sum(1 for e in seen[(arrived or 0):] if "page_fault" in e)
+    line += f" faults per node: spawner serving {serving / max(requests, 1):.1f}, supervisor after its request {after / max(supervisors, 1):.1f}"
+print(line)
+' "$1" "$3"
+}
+
+printf 'chain of %s nodes, first run, %s rounds; TMPDIR=%s (%s); load before: %s\n' "$nodes" "$rounds" \
+  "${TMPDIR:-/tmp}" "$(stat -f -c %T "${TMPDIR:-/tmp}")" "$(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 1; r <= rounds; r++)); do
+  traced ninja ninja gap
+  traced fracflow "$fracflow" gap
+  if [ -n "${BASE:-}" ]; then traced base "$BASE" gap; fi
+done
+traced fracflow "$fracflow" faults
+if [ -n "${BASE:-}" ]; then traced base "$BASE" faults; fi
