@@ -1,4 +1,4 @@
-//! One node's execution on its own thread: each attempt in a fresh staging directory, staged for the cache
+//! One node's execution on one of the run's workers: each attempt in a fresh staging directory, staged for the cache
 //! only on success (the run's committer publishes it), transient failures retried with backoff.
 
 use std::collections::BTreeMap;
