@@ -9,32 +9,17 @@ set -euo pipefail
 nodes=${1:-2000}
 rounds=${2:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/bench/chain_project.sh"
 command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
 cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
 fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$nodes" "$work" <<'PY'
-import sys
-n, d = int(sys.argv[1]), sys.argv[2]
-y = ["pipeline: chain", "nodes:"]
-for i in range(n):
-    y.append(f"  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} > \"$FRACFLOW_OUT/o\"'")
-    if i:
-        y.append(f"    deps: [n{i - 1}]")
-open(f"{d}/chain.yaml", "w").write("\n".join(y) + "\n")
-nj = ["rule t", "  command = echo $id > $out", ""]
-for i in range(n):
-    nj.append(f"build o/{i}: t" + (f" | o/{i - 1}" if i else "") + f"\n  id = {i}")
-open(f"{d}/build.ninja", "w").write("\n".join(nj) + "\n")
-PY
+chain_generate "$nodes" "$work"
 now() { date +%s.%N; }
 first_run() { # label binary|ninja -> seconds of a first run in a fresh project
-  local dir=$work/$1-$RANDOM t0 t1
-  mkdir -p "$dir/pipelines" "$dir/hw/testbeds"
-  printf 'kind: emulated\n' > "$dir/hw/testbeds/emulated.yaml"
-  cp "$work/chain.yaml" "$dir/pipelines/"
-  cp "$work/build.ninja" "$dir/"
+  local dir t0 t1
+  dir=$(chain_project "$work" "$1")
   cd "$dir"
   t0=$(now)
   if [ "$2" = ninja ]; then
