@@ -116,11 +116,12 @@ pub(crate) fn read_point(
     })
 }
 
-/// A trace's kept latencies by group, in key order, counted as they are read ([`CountedValues`]): one pass over
-/// the slots, request sizes and latencies of each thread, in `runs` runs of threads of about the same rows read
-/// side by side, and each group's counts and pieces put together in parallel. Giving each row its group in one
-/// pass, making each group's vector and copying the latencies into it in a second, then counting the group in
-/// two more took 80 % of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
+/// A trace's kept latencies by group, in key order, counted a piece at a time as they are read
+/// ([`CountedValues`]): one pass over the slots, request sizes and latencies of each thread, in `runs` runs of
+/// threads of about the same rows read side by side, and each group's counts and pieces put together in
+/// parallel. Giving each row its group in one pass, making each group's vector and copying the latencies into
+/// it in a second, then counting the group in two more took 80 % of a trace's aggregation
+/// (`bench/aggregate_100m.sh`, mode `trace`).
 fn read_trace_groups<T: RowValue + Latency>(
     file: &SamplesByThread,
     ranges: &[Range<u64>],
