@@ -49,6 +49,37 @@ pub(crate) fn table_to_frame(name: &str, table: &Table) -> Result<DataFrame, Agg
     DataFrame::new(table.rows.len(), columns).map_err(polars_error(name))
 }
 
+/// What [`frame_to_table`] gives for the frame [`table_to_frame`] makes of `table`, without making it: every row
+/// one cell per column, the numbers of a column that also holds text turned into text (their
+/// [`Cell::label`]), and `labels` (those the table has) as its label columns.
+pub(crate) fn as_read_back(mut table: Table, labels: &[String]) -> Table {
+    let width = table.columns.len();
+    for row in &mut table.rows {
+        row.resize(width, Cell::Null);
+    }
+    for index in 0..width {
+        let numeric = table
+            .rows
+            .iter()
+            .all(|row| matches!(row[index], Cell::Num(_) | Cell::Null));
+        if !numeric {
+            for row in &mut table.rows {
+                if let cell @ Cell::Num(_) = &mut row[index] {
+                    *cell = Cell::Text(cell.label());
+                }
+            }
+        }
+    }
+    table.labels = Some(
+        labels
+            .iter()
+            .filter(|label| table.columns.contains(label))
+            .cloned()
+            .collect(),
+    );
+    table
+}
+
 /// The table of a DataFrame: numbers (of any numeric type) become [`Cell::Num`], everything else text. `labels`:
 /// the label columns when known (those the frame lacks are dropped).
 pub(crate) fn frame_to_table(

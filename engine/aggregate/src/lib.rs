@@ -256,13 +256,15 @@ pub fn aggregate(
     if let Some(compare) = &spec.compare {
         frame = frame::compare("summary", frame, compare)?;
     }
-    let mut frames = vec![("summary", frame, summary_labels.clone())];
+    // Each frame with the table it was made from, when no polars step changed it since.
+    let mut frames = vec![("summary", frame, summary_labels.clone(), None)];
     if let Some(cdf) = cdf {
         // A CDF's rows carry the labels of the summary row they belong to.
         frames.push((
             "cdf",
             frame::table_to_frame("cdf", &cdf)?,
             summary_labels.clone(),
+            Some(cdf),
         ));
     }
     if let Some(block_ms) = spec.blocks_ms {
@@ -273,23 +275,30 @@ pub fn aggregate(
             BLOCKS_TABLE,
             frame::table_to_frame(BLOCKS_TABLE, &blocks)?,
             labels,
+            Some(blocks),
         ));
     }
     let mut tables = BTreeMap::new();
-    // Each table's exports and its read-back side by side: one after the other they were a fifth of a trace's
-    // aggregation (`bench/aggregate_100m.sh`, mode `trace`: 204 800 CDF rows).
-    let exported: Vec<Result<Table, AggregateError>> = frames
-        .par_iter()
-        .map(|(name, frame, labels)| {
+    // Each table's exports and the table returned side by side: one after the other they were a fifth of a
+    // trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`: 204 800 CDF rows). A table a frame was made
+    // from is returned as its frame reads back without reading the frame (`frame::as_read_back`): the read-back
+    // took 45–100 ms of a trace's export phase, beside the CSV's 150.
+    let exported: Vec<Result<(&str, Table), AggregateError>> = frames
+        .into_par_iter()
+        .map(|(name, frame, labels, table)| {
             let (exported, table) = rayon::join(
-                || frame::export(name, frame, labels, out_dir),
-                || frame::frame_to_table(name, frame, Some(labels)),
+                || frame::export(name, &frame, &labels, out_dir),
+                || match table {
+                    Some(table) => Ok(frame::as_read_back(table, &labels)),
+                    None => frame::frame_to_table(name, &frame, Some(&labels)),
+                },
             );
-            exported.and(table)
+            exported.and(table).map(|table| (name, table))
         })
         .collect();
-    for ((name, _, _), table) in frames.iter().zip(exported) {
-        tables.insert(name.to_string(), table?);
+    for named in exported {
+        let (name, table) = named?;
+        tables.insert(name.to_string(), table);
     }
     // A point read twice (its CDF's cuts, its blocks) says the same thing twice.
     let mut seen = std::collections::BTreeSet::new();

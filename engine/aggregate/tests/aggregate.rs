@@ -735,6 +735,46 @@ mod samples {
         assert_exports_round_trip(&out, &result.tables)
     }
 
+    /// The CDF and blocks tables are returned as their exports read back without reading them: a label column
+    /// holding both numbers and text is text in every row of them, as in the summary.
+    #[test]
+    fn a_label_of_numbers_and_text_is_text_in_every_table() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let mut points = Vec::new();
+        for (name, run) in [("a", num(7.0)), ("b", text("azure"))] {
+            let dir = tmp.path().join(name);
+            let rows: Vec<Sample> = (0..8)
+                .map(|s| sample(0, s, s * 5_000_000, (s + 1) * 1000))
+                .collect();
+            write_samples(&dir, &rows, 8)?;
+            points.push(point(dir, &[("run", run)]));
+        }
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","blocks_ms":10,"cdf":{"points":2}}"#)?,
+            &points,
+            &out,
+        )?;
+        for name in ["summary", "cdf", "blocks"] {
+            let table = &result.tables[name];
+            let run = table
+                .columns
+                .iter()
+                .position(|c| c == "run")
+                .expect("a run column");
+            let runs: Vec<&Cell> = table.rows.iter().map(|row| &row[run]).collect();
+            assert!(
+                runs.contains(&&text("7")) && runs.contains(&&text("azure")),
+                "{name}: {runs:?}"
+            );
+            assert!(
+                runs.iter().all(|cell| matches!(cell, Cell::Text(_))),
+                "{name}: {runs:?}"
+            );
+        }
+        assert_exports_round_trip(&out, &result.tables)
+    }
+
     #[test]
     fn trace_groups_by_function_and_fragments() -> TestResult {
         let tmp = tempfile::tempdir()?;
