@@ -2126,6 +2126,100 @@ mod by_thread {
         Ok(())
     }
 
+    /// `sidecar` rewritten as format `version` with its pages checksummed by `checksum`: the header's version,
+    /// every page's checksum in the directory, and the trailer's hash of the directory.
+    fn rewritten(
+        sidecar: &[u8],
+        version: u32,
+        checksum: fracflow_record::by_thread::PageChecksum,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+        use fracflow_record::by_thread::Directory;
+        let mut bytes = sidecar.to_vec();
+        bytes[8..12].copy_from_slice(&version.to_le_bytes());
+        let length = bytes.len();
+        let directory_length =
+            u64::from_le_bytes(bytes[length - 48..length - 40].try_into()?) as usize;
+        let directory_start = length - 48 - directory_length;
+        let mut directory: Directory =
+            serde_json::from_slice(&bytes[directory_start..length - 48])?;
+        let page_rows = u64::from(directory.page_rows);
+        for thread in &mut directory.threads {
+            let pages = thread.rows.div_ceil(page_rows);
+            let mut column_start = thread.offset;
+            for (c, column) in directory.columns.iter().enumerate() {
+                let width = u64::from(column.width);
+                for p in 0..pages {
+                    let start = column_start + p * page_rows * width;
+                    let end = start + page_rows.min(thread.rows - p * page_rows) * width;
+                    thread.checksums[c * pages as usize + p as usize] =
+                        checksum.of(&bytes[start as usize..end as usize]);
+                }
+                column_start += thread.rows * width;
+            }
+        }
+        let listing = serde_json::to_vec(&directory)?;
+        bytes.truncate(directory_start);
+        bytes.extend_from_slice(&listing);
+        bytes.extend_from_slice(&(listing.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(blake3::hash(&listing).as_bytes());
+        bytes.extend_from_slice(b"FRFLSBT\0");
+        Ok(bytes)
+    }
+
+    /// A sidecar of the first format (blake3 page checksums) is still read through; a version-1 header over
+    /// format 2's checksums is corrupt, and a version this reader does not know is not used and says which.
+    #[test]
+    fn a_first_format_sidecar_is_read_and_an_unknown_version_is_not() -> TestResult {
+        use fracflow_record::by_thread::{PageChecksum, VERSION};
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path();
+        let samples = client_samples(3, |t| 5_000 + u64::from(t), |_| 0);
+        let (with, without) = both_ways(root, "point", &samples)?;
+        let sidecar = with.dir.join(SAMPLES_BY_THREAD_FILE);
+        let written = std::fs::read(&sidecar)?;
+        assert_eq!(
+            written[8..12],
+            VERSION.to_le_bytes(),
+            "the writer's version"
+        );
+        assert_eq!(PageChecksum::of_version(VERSION), Some(PageChecksum::Xxh3));
+
+        let reads = |bytes: &[u8], why: Option<&str>| -> TestResult {
+            std::fs::write(&sidecar, bytes)?;
+            for json in [
+                r#"{"stats":"samples","skip_s":0.5,"cdf":{"points":20},"blocks_ms":100}"#,
+                r#"{"stats":"trace","drop_fraction":0.25}"#,
+            ] {
+                let expected = run(root, json, std::slice::from_ref(&without))?.tables;
+                let result = run(root, json, std::slice::from_ref(&with))?;
+                assert_eq!(result.tables, expected, "{json}, {why:?}");
+                match why {
+                    None => assert!(result.notes.is_empty(), "{json}: {:?}", result.notes),
+                    Some(why) => assert!(
+                        !result.notes.is_empty()
+                            && result
+                                .notes
+                                .iter()
+                                .all(|n| n.contains(why) && n.contains("instead")),
+                        "{json}, {why}: {:?}",
+                        result.notes
+                    ),
+                }
+            }
+            Ok(())
+        };
+        reads(&rewritten(&written, 1, PageChecksum::Blake3)?, None)?;
+        reads(
+            &rewritten(&written, 1, PageChecksum::Xxh3)?,
+            Some("has another checksum"),
+        )?;
+        reads(
+            &rewritten(&written, 3, PageChecksum::Xxh3)?,
+            Some("version 3"),
+        )?;
+        Ok(())
+    }
+
     #[test]
     fn a_stale_corrupt_or_unindexed_sidecar_is_not_used_and_says_why() -> TestResult {
         let tmp = tempfile::tempdir()?;
