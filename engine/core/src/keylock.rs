@@ -175,17 +175,27 @@ impl InUse {
     }
 }
 
-/// Opened for writing too: NFS grants an exclusive lock only on a file open for writing.
+/// Opened for writing too: NFS grants an exclusive lock only on a file open for writing. Its folder is made
+/// when the open finds none, not before every open: a run takes a key lock per node it starts, and making sure of
+/// the folder first cost a `mkdir` and a `stat` each time.
 pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            open()
+        }
+        opened => opened,
     }
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
 }
 
 /// The file was deleted under us: `NotFound`, or `ESTALE` on NFS.

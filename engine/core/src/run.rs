@@ -346,13 +346,29 @@ impl RunDir {
         }
     }
 
-    /// A view of a file: a hard link, or a copy where the run directory is on another filesystem.
+    /// A view of a file: a hard link, or a copy where the run directory is on another filesystem. The link is
+    /// tried first and its folder made, or a file already there removed, only when it fails for that reason: a
+    /// node's first view cost five calls (two `stat`s before the `mkdir`, one before the link) and each other one
+    /// three, where they now cost three and one.
     fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
-        if let Some(parent) = to.parent() {
-            self.files.create_dir_all(parent)?;
-        }
-        if to.exists() {
-            self.files.remove_file(to)?;
+        match self.files.hard_link(from, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(parent) = to.parent() {
+                    // The node's folder of views, new at its first view; the folders above it made only when
+                    // they are missing too.
+                    match self.files.create_dir(parent) {
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                            self.files.create_dir_all(parent)?
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        made => made?,
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.files.remove_file(to)?,
+            // Another filesystem, or no hard links there: the copy below.
+            Err(_) => {}
         }
         self.files
             .hard_link(from, to)
@@ -781,6 +797,35 @@ mod tests {
         assert!(run.checkpoint_spacing < MANIFEST_INTERVAL);
         ago(&mut run, MANIFEST_INTERVAL);
         assert!(run.checkpoint(true, &graph)?.is_some());
+        Ok(())
+    }
+
+    /// A view is linked into a node folder that is new, made on the way (and the folders above it), and one
+    /// already there is replaced by the new link.
+    #[test]
+    fn a_view_makes_its_folders_and_replaces_what_is_there() -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let top = tempfile::tempdir()?;
+        let run = RunDir::create(&top.path().join("results"), "test", &test_meta())?;
+        let (first, second) = (top.path().join("first"), top.path().join("second"));
+        fs::write(&first, "1")?;
+        fs::write(&second, "2")?;
+        let view = run.dir.join("nodes/deep/node/o");
+        run.link_or_copy(&first, &view)?;
+        assert_eq!(fs::read_to_string(&view)?, "1");
+        run.link_or_copy(&second, &view)?;
+        assert_eq!(fs::read_to_string(&view)?, "2");
+        assert_eq!(
+            fs::metadata(&view)?.ino(),
+            fs::metadata(&second)?.ino(),
+            "a link"
+        );
+        // A second output of the same node, into the folder the first made.
+        run.link_or_copy(&first, &run.dir.join("nodes/deep/node/p"))?;
+        assert_eq!(fs::read_to_string(run.dir.join("nodes/deep/node/p"))?, "1");
+        // A source that is not there is an error, whatever the order of the attempts.
+        let missing = run.link_or_copy(&top.path().join("missing"), &run.dir.join("nodes/x/o"));
+        assert_eq!(missing.map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
         Ok(())
     }
 

@@ -79,11 +79,19 @@ impl Launch<'_> {
             .executor(&spec.kind)
             .ok_or_else(|| NodeError::permanent(format!("no executor for kind `{}`", spec.kind)))?;
         let io = |e: std::io::Error| NodeError::permanent(format!("node `{}`: {e}", spec.id));
-        if let Some(parent) = self.log.parent() {
-            fs::create_dir_all(parent).map_err(io)?;
+        // A fresh log for this run; the kind appends to it. The run's `logs/` is made by the first node that
+        // finds none, not checked by every node.
+        match fs::File::create(&self.log) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = self.log.parent() {
+                    fs::create_dir_all(parent).map_err(io)?;
+                }
+                fs::File::create(&self.log).map_err(io)?;
+            }
+            created => {
+                created.map_err(io)?;
+            }
         }
-        // A fresh log for this run; the kind appends to it.
-        fs::File::create(&self.log).map_err(io)?;
         let mut attempt = 0;
         loop {
             let staging = engine.cache.staging_dir(&spec.id).map_err(io)?;
