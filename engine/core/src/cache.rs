@@ -28,7 +28,7 @@ use crate::fingerprint::Fingerprint;
 use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
-use crate::statcache::hash_file;
+use crate::statcache::{hash_and_size, hash_file};
 use crate::storedir::StoreDir;
 use fracflow_record::{FORMAT_VERSION, Files, Publish, unique_suffix};
 
@@ -719,7 +719,8 @@ impl Cache {
         seconds: f64,
         created: String,
     ) -> io::Result<Staged> {
-        let mut produced: Vec<(String, PathBuf)> = Vec::new();
+        // Each output: its name, its path, and whether it can be stored as it is when its `lstat` said so.
+        let mut produced: Vec<(String, PathBuf, Option<bool>)> = Vec::new();
         for name in outputs {
             let path = staging.join(name);
             // `dir/` declares a directory output: every file under it is stored by its relative name.
@@ -736,27 +737,35 @@ impl Cache {
                         .unwrap_or(&file)
                         .to_string_lossy()
                         .into_owned();
-                    produced.push((relative, file));
+                    produced.push((relative, file, None));
                 }
                 continue;
             }
-            if !path.is_file() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("declared output `{name}` was not produced"),
-                ));
-            }
-            produced.push((name.clone(), path));
+            // One `lstat` tells both that the output is there and whether it can be stored as it is; a symbolic
+            // link counts as produced when it leads to a file (`is_file` follows it), which is then copied.
+            let own = match fs::symlink_metadata(&path) {
+                Ok(metadata) if metadata.file_type().is_file() => metadata.nlink() == 1,
+                Ok(metadata) if metadata.file_type().is_symlink() && path.is_file() => false,
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("declared output `{name}` was not produced"),
+                    ));
+                }
+            };
+            produced.push((name.clone(), path, Some(own)));
         }
         let mut files = BTreeMap::new();
         let mut stored = Outputs::new();
-        for (copies, (name, path)) in produced.into_iter().enumerate() {
-            let private = self.private_file(staging, &path, copies)?;
-            let blob = BlobRef {
-                hash: hash_file(&private)?,
-                size: fs::metadata(&private)?.len(),
+        for (copies, (name, path, own)) in produced.into_iter().enumerate() {
+            let private = match own {
+                Some(true) => path,
+                Some(false) => self.private_copy(staging, &path, copies)?,
+                None => self.private_file(staging, &path, copies)?,
             };
-            stored.insert(name.clone(), blob);
+            // Its size is the bytes hashed: no `stat` after the read (a node's output cost three before).
+            let (hash, size) = hash_and_size(&private)?;
+            stored.insert(name.clone(), BlobRef { hash, size });
             files.insert(name, private);
         }
         let entry = CacheEntry {
@@ -788,6 +797,11 @@ impl Cache {
         if metadata.file_type().is_file() && metadata.nlink() == 1 {
             return Ok(path.to_owned());
         }
+        self.private_copy(staging, path, serial)
+    }
+
+    /// A copy of `path` that only the staging folder names, for an output that is a link or has other names.
+    fn private_copy(&self, staging: &Path, path: &Path, serial: usize) -> io::Result<PathBuf> {
         let copies = staging.join(".fracflow-copies");
         self.files.create_dir_all(&copies)?;
         let copy = copies.join(serial.to_string());
@@ -1855,6 +1869,50 @@ mod tests {
             2,
             "the staged name is still there, not moved"
         );
+        Ok(())
+    }
+
+    /// A staged output that is a symbolic link to a file is stored as a copy of that file, with its size; a link
+    /// to nothing or to a folder, and a folder, are not a produced output.
+    #[test]
+    fn a_linked_output_is_copied_and_one_that_is_no_file_was_not_produced() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(&dir.path().join("cache"))?;
+        let target = dir.path().join("target");
+        fs::write(&target, b"eleven byte")?;
+        let put = |name: &str| {
+            let staged = cache.staging_dir("node")?;
+            let path = staged.join(name);
+            match name {
+                "link" => std::os::unix::fs::symlink(&target, &path)?,
+                "dangling" => std::os::unix::fs::symlink(dir.path().join("none"), &path)?,
+                "to-folder" => std::os::unix::fs::symlink(dir.path(), &path)?,
+                _ => fs::create_dir(&path)?,
+            }
+            cache.put(
+                "node",
+                &fingerprint(),
+                &staged,
+                &[name.to_owned()],
+                BTreeMap::new(),
+                None,
+                0.1,
+                "now".into(),
+            )
+        };
+        let entry = put("link")?;
+        let blob = &entry.outputs["link"];
+        assert_eq!(blob.size, 11);
+        assert_eq!(fs::read(cache.blob_path(&blob.hash))?, b"eleven byte");
+        assert!(target.is_file(), "the link's target stays where it is");
+        for name in ["dangling", "to-folder", "folder"] {
+            let error = put(name).expect_err(name);
+            assert_eq!(error.kind(), io::ErrorKind::NotFound, "{name}");
+            assert!(
+                error.to_string().contains("was not produced"),
+                "{name}: {error}"
+            );
+        }
         Ok(())
     }
 

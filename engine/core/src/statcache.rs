@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -105,9 +105,31 @@ impl StatCache {
 
 /// blake3 of a file's content as hex, streamed.
 pub fn hash_file(path: &Path) -> io::Result<String> {
+    hash_and_size(path).map(|(hash, _)| hash)
+}
+
+/// blake3 of a file's content as hex, and its size: the bytes hashed, so the two always describe the same
+/// content, and no `stat` is needed after the read.
+pub fn hash_and_size(path: &Path) -> io::Result<(String, u64)> {
+    /// A reader that counts what passes through it.
+    struct Counted<R> {
+        inner: R,
+        bytes: u64,
+    }
+    impl<R: Read> Read for Counted<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let read = self.inner.read(buf)?;
+            self.bytes += read as u64;
+            Ok(read)
+        }
+    }
     let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(File::open(path)?)?;
-    Ok(hasher.finalize().to_hex().to_string())
+    let mut file = Counted {
+        inner: File::open(path)?,
+        bytes: 0,
+    };
+    hasher.update_reader(&mut file)?;
+    Ok((hasher.finalize().to_hex().to_string(), file.bytes))
 }
 
 #[cfg(test)]
