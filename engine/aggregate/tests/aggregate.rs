@@ -2080,7 +2080,7 @@ mod by_thread {
     /// says why.
     #[test]
     fn blocks_from_a_sidecar_whose_send_times_decrease_come_from_the_parquet_file() -> TestResult {
-        use fracflow_record::by_thread::{Directory, page_checksum};
+        use fracflow_record::by_thread::page_checksum;
         let tmp = tempfile::tempdir()?;
         let root = tmp.path();
         let json = r#"{"stats":"samples","skip_s":0.5,"blocks_ms":100}"#;
@@ -2090,27 +2090,16 @@ mod by_thread {
         // Thread 0's row 4500 (on its second page, past the cut's page) sent at 0, its page checksum and the
         // directory's made to match.
         let sidecar = with.dir.join(SAMPLES_BY_THREAD_FILE);
-        let mut bytes = std::fs::read(&sidecar)?;
-        let length = bytes.len();
-        let directory_length =
-            u64::from_le_bytes(bytes[length - 48..length - 40].try_into()?) as usize;
-        let directory_start = length - 48 - directory_length;
-        let mut directory: Directory =
-            serde_json::from_slice(&bytes[directory_start..length - 48])?;
-        let page_rows = directory.page_rows as usize;
-        let offset = directory.threads[0].offset as usize;
-        let row = 4_500;
-        bytes[offset + row * 8..offset + row * 8 + 8].copy_from_slice(&0u64.to_le_bytes());
-        let page = row / page_rows;
-        let page_start = offset + page * page_rows * 8;
-        let page_end = offset + (5_000 * 8).min((page + 1) * page_rows * 8);
-        directory.threads[0].checksums[page] = page_checksum(&bytes[page_start..page_end]);
-        let listing = serde_json::to_vec(&directory)?;
-        bytes.truncate(directory_start);
-        bytes.extend_from_slice(&listing);
-        bytes.extend_from_slice(&(listing.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(blake3::hash(&listing).as_bytes());
-        bytes.extend_from_slice(b"FRFLSBT\0");
+        let bytes = with_directory(&std::fs::read(&sidecar)?, |data, directory| {
+            let page_rows = directory.page_rows as usize;
+            let offset = directory.threads[0].offset as usize;
+            let row = 4_500;
+            data[offset + row * 8..offset + row * 8 + 8].copy_from_slice(&0u64.to_le_bytes());
+            let page = row / page_rows;
+            let page_start = offset + page * page_rows * 8;
+            let page_end = offset + (5_000 * 8).min((page + 1) * page_rows * 8);
+            directory.threads[0].checksums[page] = page_checksum(&data[page_start..page_end]);
+        })?;
         std::fs::write(&sidecar, &bytes)?;
 
         let result = run(root, json, std::slice::from_ref(&with))?;
@@ -2126,37 +2115,19 @@ mod by_thread {
         Ok(())
     }
 
-    /// `sidecar` rewritten as format `version` with its pages checksummed by `checksum`: the header's version,
-    /// every page's checksum in the directory, and the trailer's hash of the directory.
-    fn rewritten(
+    /// `sidecar` with its data (header included) and its directory changed by `edit`, and its trailer (the
+    /// directory's length and hash) made to match.
+    fn with_directory(
         sidecar: &[u8],
-        version: u32,
-        checksum: fracflow_record::by_thread::PageChecksum,
+        edit: impl FnOnce(&mut [u8], &mut fracflow_record::by_thread::Directory),
     ) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-        use fracflow_record::by_thread::Directory;
         let mut bytes = sidecar.to_vec();
-        bytes[8..12].copy_from_slice(&version.to_le_bytes());
         let length = bytes.len();
         let directory_length =
             u64::from_le_bytes(bytes[length - 48..length - 40].try_into()?) as usize;
         let directory_start = length - 48 - directory_length;
-        let mut directory: Directory =
-            serde_json::from_slice(&bytes[directory_start..length - 48])?;
-        let page_rows = u64::from(directory.page_rows);
-        for thread in &mut directory.threads {
-            let pages = thread.rows.div_ceil(page_rows);
-            let mut column_start = thread.offset;
-            for (c, column) in directory.columns.iter().enumerate() {
-                let width = u64::from(column.width);
-                for p in 0..pages {
-                    let start = column_start + p * page_rows * width;
-                    let end = start + page_rows.min(thread.rows - p * page_rows) * width;
-                    thread.checksums[c * pages as usize + p as usize] =
-                        checksum.of(&bytes[start as usize..end as usize]);
-                }
-                column_start += thread.rows * width;
-            }
-        }
+        let mut directory = serde_json::from_slice(&bytes[directory_start..length - 48])?;
+        edit(&mut bytes[..directory_start], &mut directory);
         let listing = serde_json::to_vec(&directory)?;
         bytes.truncate(directory_start);
         bytes.extend_from_slice(&listing);
@@ -2164,6 +2135,33 @@ mod by_thread {
         bytes.extend_from_slice(blake3::hash(&listing).as_bytes());
         bytes.extend_from_slice(b"FRFLSBT\0");
         Ok(bytes)
+    }
+
+    /// `sidecar` rewritten as format `version` with its pages checksummed by `checksum`: the header's version
+    /// and every page's checksum in the directory.
+    fn rewritten(
+        sidecar: &[u8],
+        version: u32,
+        checksum: fracflow_record::by_thread::PageChecksum,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+        with_directory(sidecar, |data, directory| {
+            data[8..12].copy_from_slice(&version.to_le_bytes());
+            let page_rows = u64::from(directory.page_rows);
+            for thread in &mut directory.threads {
+                let pages = thread.rows.div_ceil(page_rows);
+                let mut column_start = thread.offset;
+                for (c, column) in directory.columns.iter().enumerate() {
+                    let width = u64::from(column.width);
+                    for p in 0..pages {
+                        let start = column_start + p * page_rows * width;
+                        let end = start + page_rows.min(thread.rows - p * page_rows) * width;
+                        thread.checksums[c * pages as usize + p as usize] =
+                            checksum.of(&data[start as usize..end as usize]);
+                    }
+                    column_start += thread.rows * width;
+                }
+            }
+        })
     }
 
     /// A sidecar of the first format (blake3 page checksums) is still read through; a version-1 header over
