@@ -14,12 +14,7 @@ rounds=${2:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/bench/chain_project.sh"
 command -v perf >/dev/null || { echo "chain_gap: needs perf (Debian linux-perf)" >&2; exit 1; }
-command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
-cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
-fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-chain_generate "$nodes" "$work"
+chain_bench_setup "$nodes"
 
 # One traced first run in a fresh project: label, the binary or `ninja`, and what to trace: `gap` (scheduler
 # tracepoints only) or `faults` (page faults too, which slows every fault down: never timed together). Prints the

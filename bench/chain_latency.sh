@@ -10,12 +10,7 @@ nodes=${1:-2000}
 rounds=${2:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/bench/chain_project.sh"
-command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
-cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
-fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-chain_generate "$nodes" "$work"
+chain_bench_setup "$nodes"
 now() { date +%s.%N; }
 first_run() { # label binary|ninja -> seconds of a first run in a fresh project
   local dir t0 t1

@@ -30,3 +30,15 @@ chain_project() {
   cp "$1/build.ninja" "$dir/"
   printf '%s' "$dir"
 }
+
+# chain_bench_setup NODES: what both benches do first: installs ninja if missing, builds fracflow (release, from
+# the caller's `repo`), and sets `fracflow` (the binary) and `work` (a temporary folder, removed on exit, holding
+# an N-node chain).
+chain_bench_setup() {
+  command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
+  cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
+  fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  chain_generate "$1" "$work"
+}
