@@ -977,10 +977,8 @@ impl Cache {
             rename(file.clone(), target);
         }
         if let Some(log) = &staged.log {
-            let blob = BlobRef {
-                hash: hash_file(log)?,
-                size: fs::metadata(log)?.len(),
-            };
+            let (hash, size) = hash_and_size(log)?;
+            let blob = BlobRef { hash, size };
             let target = self.blob_path(&blob.hash);
             if !target.is_file() {
                 let copy = self.blob_temporary(&blob.hash)?;
