@@ -57,8 +57,12 @@ fn editing_one_accelerator_rebuilds_only_what_contains_it() {
 
 /// Starts `fracflow ARGS…` (a server that prints `listening ADDR …` first); returns it and ADDR.
 fn start_server(sandbox: &Sandbox, args: &[&str]) -> (Child, String) {
-    let mut child = sandbox
-        .command(args)
+    start_server_command(sandbox.command(args))
+}
+
+/// Starts a server command that prints `listening ADDR …` first; returns it and ADDR.
+fn start_server_command(mut command: std::process::Command) -> (Child, String) {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -113,6 +117,36 @@ pub(crate) fn reconfigured_device(sandbox: &Sandbox) -> (Stop, String) {
     let run = sandbox.run(&["run", "reconfigure", "--set", &set]);
     assert!(run.status.success(), "{}", text(&run));
     (stop, addr)
+}
+
+#[test]
+fn a_killed_device_leaves_nothing_in_its_temp_directory() {
+    let sandbox = frac_project();
+    let temp = sandbox.path().join("device-temp");
+    std::fs::create_dir(&temp).expect("device temp directory");
+    let mut command = sandbox.command(&["device", "serve", "--listen", "127.0.0.1:0"]);
+    command.env("TMPDIR", &temp);
+    let (child, addr) = start_server_command(command);
+    let mut stop = Stop(child);
+    let set = format!("device=\"{addr}\"");
+    let run = sandbox.run(&["run", "reconfigure", "--set", &set]);
+    assert!(run.status.success(), "{}", text(&run));
+    let probe = sandbox.run(&["device", "probe", "--addr", &addr]);
+    assert!(
+        text(&probe).contains("slot 1: Log"),
+        "the device loaded plugins: {}",
+        text(&probe)
+    );
+
+    // SIGKILL, as the tests and an interrupted engine stop a device: no destructor runs.
+    stop.0.kill().expect("kill the device");
+    stop.0.wait().expect("reap the device");
+    let left: Vec<_> = std::fs::read_dir(&temp)
+        .expect("read the temp directory")
+        .map(|entry| entry.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .expect("list the temp directory");
+    assert!(left.is_empty(), "the killed device left {left:?}");
 }
 
 #[test]

@@ -358,7 +358,7 @@ impl Device {
 
     /// Starts a device with `config`.
     pub fn start_with(config: DeviceConfig) -> Result<RunningDevice> {
-        let plugins = PluginStore::new()?;
+        let plugins = PluginStore::default();
         let (data, mgmt) = bind_pair(config.listen)?;
         let addr = data
             .local_addr()

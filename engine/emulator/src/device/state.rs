@@ -2,10 +2,11 @@
 //! reconfiguration controller with its HBM, and the plugin store.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::time::Instant;
 
 use fracflow_proto::{
     ControllerCommand, ControllerRequest, ControllerResponse, ErrorCode, QueryStatus,
@@ -363,11 +364,14 @@ pub(crate) fn load_image(
     }
 }
 
-/// Loaded plugins by hash, and the private directory their files live in
-/// (a plugin must be a file to be loaded).
-#[derive(Debug)]
+/// Loaded plugins by hash.
+///
+/// A plugin is loaded from a sealed memory file (`memfd_create`), never from a
+/// file on disk: a device that is killed, as the engine and the tests stop
+/// theirs, leaves nothing behind in the temp directory, and nobody can change
+/// a plugin's bytes between the check of its hash and its load.
+#[derive(Debug, Default)]
 pub(crate) struct PluginStore {
-    dir: PathBuf,
     loaded: HashMap<BuildId, Arc<Kernel>>,
 }
 
@@ -375,47 +379,13 @@ pub(crate) struct PluginStore {
 const PLUGIN_CACHE: usize = 64;
 
 impl PluginStore {
-    /// Creates a fresh private (0700) directory under the system temp dir.
-    pub fn new() -> Result<PluginStore> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let base = std::env::temp_dir();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let mut last = None;
-        for _ in 0..64 {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let dir = base.join(format!(
-                "fracflow-emulator-{}-{nanos:08x}-{n}",
-                std::process::id()
-            ));
-            match private_dir(&dir) {
-                Ok(()) => {
-                    return Ok(PluginStore {
-                        dir,
-                        loaded: HashMap::new(),
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
-            }
-        }
-        Err(io_err("creating a private plugin directory")(
-            last.unwrap_or_else(|| std::io::Error::other("no free name")),
-        ))
-    }
-
     /// The kernel for `bytes` (whose blake3 is `hash`), loading it on first use
     /// and checking it implements `unit`.
     pub fn get(&mut self, hash: BuildId, unit: &str, bytes: &[u8]) -> Result<Arc<Kernel>> {
         if let Some(kernel) = self.loaded.get(&hash) {
             return Ok(Arc::clone(kernel));
         }
-        let path = self.dir.join(format!("{}.so", hash.to_hex()));
-        if !path.exists() {
-            write_private(&path, bytes)?;
-        }
-        let kernel = Kernel::load(&path)?;
+        let kernel = load_from_memory(hash, bytes)?;
         if kernel.unit().name() != unit {
             return Err(Error::Plugin {
                 unit: unit.to_owned(),
@@ -433,39 +403,59 @@ impl PluginStore {
     }
 }
 
-impl Drop for PluginStore {
-    fn drop(&mut self) {
-        // Loaded libraries stay mapped after their files are unlinked.
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The sealed memory file of each plugin this process has loaded, kept open
+/// for the life of the process.
+///
+/// The loader finds a library by the name it was opened with before it looks
+/// at the file, and a memory file's only name is its descriptor's
+/// `/proc/self/fd/N`. Were a descriptor closed, its number could name another
+/// plugin's file while the first library is still mapped (a kernel still in a
+/// slot, or a library the loader will not unload), and loading that name
+/// would hand back the first library. Kept open, each name means one plugin's
+/// bytes for as long as the process lives; the files are the plugins' size
+/// (kilobytes) and a process loads a handful.
+static PLUGIN_FILES: LazyLock<Mutex<HashMap<BuildId, std::fs::File>>> =
+    LazyLock::new(Mutex::default);
 
-#[cfg(unix)]
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().mode(0o700).create(dir)
-}
-
-#[cfg(not(unix))]
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir(dir)
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("part");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let write = || -> std::io::Result<()> {
-        let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
+/// Loads `bytes` (whose blake3 is `hash`) from its sealed memory file.
+fn load_from_memory(hash: BuildId, bytes: &[u8]) -> Result<Kernel> {
+    let path = {
+        let mut files = PLUGIN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        let file = match files.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(sealed_memory_file(hash, bytes).map_err(io_err(format!(
+                    "holding plugin {} in memory",
+                    hash.to_hex()
+                )))?)
+            }
+        };
+        PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
     };
-    write().map_err(io_err(format!("writing plugin {}", path.display())))
+    let kernel = Kernel::load(&path)?;
+    if kernel.hash() != hash {
+        return Err(Error::Plugin {
+            unit: kernel.unit().name().to_owned(),
+            message: format!(
+                "the loaded plugin is {}, not {}",
+                kernel.hash().short(),
+                hash.short()
+            ),
+        });
+    }
+    Ok(kernel)
+}
+
+/// A memory file holding `bytes`, sealed against any change.
+fn sealed_memory_file(hash: BuildId, bytes: &[u8]) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let name = format!("fracflow-plugin-{}", hash.to_hex());
+    let fd = rustix::fs::memfd_create(&name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    rustix::fs::fcntl_add_seals(
+        &file,
+        SealFlags::SEAL | SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE,
+    )?;
+    Ok(file)
 }
