@@ -89,25 +89,40 @@ exit 0
 "#;
 
 /// The fakes, written once before any test spawns: a script being written while another thread forks
-/// would make its exec fail with ETXTBSY.
+/// would make its exec fail with ETXTBSY. They live in a folder of the temp directory named by their
+/// contents, made complete under another name and renamed into place, so that every run of these tests
+/// shares one folder instead of leaving one behind each (a static is never dropped, so a `TempDir` would be).
 fn fake_bin() -> &'static Path {
-    static BIN: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in [
+        let fakes = [
             ("sudo", SUDO),
             ("timeout", TIMEOUT),
             ("tpa", TPA),
             ("fperf", FPERF),
-        ] {
-            let path = dir.path().join(name);
+        ];
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&fakes, &mut hasher);
+        let dir = std::env::temp_dir().join(format!(
+            "fracflow-fperf-fakes-{:016x}",
+            std::hash::Hasher::finish(&hasher)
+        ));
+        if fakes.iter().all(|(name, _)| dir.join(name).is_file()) {
+            return dir;
+        }
+        let staging = tempfile::tempdir().expect("temp dir");
+        for (name, text) in fakes {
+            let path = staging.path().join(name);
             fs::write(&path, text).expect("write fake");
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
         }
+        // Another test process may have renamed its own copy into place first: the same bytes, so either does.
+        if fs::rename(staging.path(), &dir).is_err() {
+            assert!(dir.join("fperf").is_file(), "cannot make {}", dir.display());
+        }
         dir
     })
-    .path()
 }
 
 struct Bed {
