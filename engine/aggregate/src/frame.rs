@@ -6,6 +6,7 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 
 use polars::prelude::*;
+use rayon::prelude::*;
 
 use crate::error::AggregateError;
 use crate::spec::{CompareOp, CompareSpec, DeriveStep, ScaleBy};
@@ -37,21 +38,103 @@ pub(crate) fn table_to_frame(name: &str, table: &Table) -> Result<DataFrame, Agg
                 .rows
                 .iter()
                 .map(|row| row.get(index).unwrap_or(&Cell::Null));
-            let numeric = cells
+            let name = column.as_str().into();
+            if cells
                 .clone()
-                .all(|c| matches!(c, Cell::Num(_) | Cell::Null));
-            if numeric {
+                .all(|c| matches!(c, Cell::Num(_) | Cell::Null))
+            {
                 let values: Vec<Option<f64>> = cells.map(Cell::as_f64).collect();
-                Column::new(column.as_str().into(), values)
+                Column::new(name, values)
+            } else if cells
+                .clone()
+                .all(|c| matches!(c, Cell::Text(_) | Cell::Null))
+            {
+                // Borrowed: a CDF's label columns are hundreds of thousands of cells.
+                let values: Vec<Option<&str>> = cells
+                    .map(|c| match c {
+                        Cell::Text(text) => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                Column::new(name, values)
             } else {
                 let values: Vec<Option<String>> = cells
                     .map(|c| (!matches!(c, Cell::Null)).then(|| c.label()))
                     .collect();
-                Column::new(column.as_str().into(), values)
+                Column::new(name, values)
             }
         })
         .collect();
     DataFrame::new(table.rows.len(), columns).map_err(polars_error(name))
+}
+
+/// The CSV polars writes for [`table_to_frame`]'s frame of `table` (header, `,`, quotes only where needed, null
+/// as nothing, `\n` after each row), byte for byte, written straight from the table's cells: made that way, a
+/// trace's 204 800-row CDF waited for its frame and then took polars 40–100 ms to write. `table` is as
+/// [`as_read_back`] leaves it, so that a column's numbers are all [`Cell::Num`] or all text; floats are formatted
+/// as polars formats them (zmij's shortest round-trip form).
+pub(crate) fn table_csv(table: &Table) -> Vec<u8> {
+    let mut header = Vec::new();
+    for (index, column) in table.columns.iter().enumerate() {
+        if index > 0 {
+            header.push(b',');
+        }
+        csv_text(&mut header, column);
+    }
+    header.push(b'\n');
+    let chunks: Vec<Vec<u8>> = table
+        .rows
+        .par_chunks(CSV_BATCH_ROWS.get())
+        .map(|rows| {
+            let mut out = Vec::with_capacity(rows.len() * 64);
+            let mut floats = zmij::Buffer::new();
+            for row in rows {
+                for index in 0..table.columns.len() {
+                    if index > 0 {
+                        out.push(b',');
+                    }
+                    match row.get(index).unwrap_or(&Cell::Null) {
+                        Cell::Num(value) => out.extend_from_slice(floats.format(*value).as_bytes()),
+                        Cell::Text(text) => csv_text(&mut out, text),
+                        Cell::Null => {}
+                    }
+                }
+                out.push(b'\n');
+            }
+            out
+        })
+        .collect();
+    let mut csv = header;
+    csv.reserve(chunks.iter().map(Vec::len).sum());
+    for chunk in chunks {
+        csv.extend_from_slice(&chunk);
+    }
+    csv
+}
+
+/// `text` as one CSV field, as polars' `QuoteStyle::Necessary` writes it: quoted when it holds a comma, a line
+/// break or is empty (an empty field is a null), its quotes doubled (and then quoted).
+fn csv_text(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        out.extend_from_slice(b"\"\"");
+        return;
+    }
+    let quoted = bytes
+        .iter()
+        .any(|&b| matches!(b, b',' | b'\n' | b'\r' | b'"'));
+    if !quoted {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    out.push(b'"');
+    for &byte in bytes {
+        if byte == b'"' {
+            out.push(b'"');
+        }
+        out.push(byte);
+    }
+    out.push(b'"');
 }
 
 /// What [`frame_to_table`] gives for the frame [`table_to_frame`] makes of `table`, without making it: every row
@@ -384,44 +467,72 @@ pub(crate) fn compare(
 /// Readers that do not know it (pandas, pyarrow, polars) ignore it; a CSV export has no place for it.
 pub(crate) const LABELS_METADATA_KEY: &str = "fracflow.label_columns";
 
-/// Writes `<name>.csv` and `<name>.parquet` into `out_dir`, each atomically; the Parquet file records `labels`
-/// (the table's label columns) in its key-value metadata under [`LABELS_METADATA_KEY`].
+/// Writes `<name>.csv` and `<name>.parquet` of `frame` into `out_dir`, each atomically; the Parquet file
+/// records `labels` (the table's label columns) in its key-value metadata under [`LABELS_METADATA_KEY`].
 pub(crate) fn export(
     name: &str,
     frame: &DataFrame,
     labels: &[String],
     out_dir: &Path,
 ) -> Result<(), AggregateError> {
-    let error = polars_error(name);
     let csv = || {
         let mut csv = Vec::new();
         CsvWriter::new(&mut csv)
             .include_header(true)
             .with_batch_size(CSV_BATCH_ROWS)
             .finish(&mut frame.clone())
-            .map_err(&error)?;
-        let csv_path = out_dir.join(format!("{name}.csv"));
-        fracflow_record::atomic_write(&csv_path, &csv).map_err(|e| AggregateError::io(&csv_path, e))
-    };
-    let parquet = || {
-        let mut parquet = Vec::new();
-        let labels_json =
-            serde_json::to_string(labels).map_err(|e| AggregateError::table(name, e))?;
-        ParquetWriter::new(&mut parquet)
-            .with_compression(ParquetCompression::Zstd(None))
-            .with_key_value_metadata(Some(KeyValueMetadata::from_static(vec![(
-                LABELS_METADATA_KEY.to_owned(),
-                labels_json,
-            )])))
-            .finish(&mut frame.clone())
-            .map_err(&error)?;
-        let parquet_path = out_dir.join(format!("{name}.parquet"));
-        fracflow_record::atomic_write(&parquet_path, &parquet)
-            .map_err(|e| AggregateError::io(&parquet_path, e))
+            .map_err(polars_error(name))?;
+        write_export(name, "csv", &csv, out_dir)
     };
     // Written side by side: each is mostly encoding, then an fsync.
-    let (csv, parquet) = rayon::join(csv, parquet);
+    let (csv, parquet) = rayon::join(csv, || export_parquet(name, frame, labels, out_dir));
     csv.and(parquet)
+}
+
+/// Writes `table`'s exports as [`export`] writes those of its frame, and returns the table as they read back
+/// ([`as_read_back`]). The CSV is written from the table itself ([`table_csv`]), beside the frame the Parquet
+/// file needs.
+pub(crate) fn export_table(
+    name: &str,
+    table: Table,
+    labels: &[String],
+    out_dir: &Path,
+) -> Result<Table, AggregateError> {
+    let table = as_read_back(table, labels);
+    let (csv, parquet) = rayon::join(
+        || write_export(name, "csv", &table_csv(&table), out_dir),
+        || export_parquet(name, &table_to_frame(name, &table)?, labels, out_dir),
+    );
+    csv.and(parquet).map(|()| table)
+}
+
+fn export_parquet(
+    name: &str,
+    frame: &DataFrame,
+    labels: &[String],
+    out_dir: &Path,
+) -> Result<(), AggregateError> {
+    let mut parquet = Vec::new();
+    let labels_json = serde_json::to_string(labels).map_err(|e| AggregateError::table(name, e))?;
+    ParquetWriter::new(&mut parquet)
+        .with_compression(ParquetCompression::Zstd(None))
+        .with_key_value_metadata(Some(KeyValueMetadata::from_static(vec![(
+            LABELS_METADATA_KEY.to_owned(),
+            labels_json,
+        )])))
+        .finish(&mut frame.clone())
+        .map_err(polars_error(name))?;
+    write_export(name, "parquet", &parquet, out_dir)
+}
+
+fn write_export(
+    name: &str,
+    extension: &str,
+    bytes: &[u8],
+    out_dir: &Path,
+) -> Result<(), AggregateError> {
+    let path = out_dir.join(format!("{name}.{extension}"));
+    fracflow_record::atomic_write(&path, bytes).map_err(|e| AggregateError::io(&path, e))
 }
 
 /// Reads a `.csv` (with header) or `.parquet` export back, with the label columns its Parquet metadata

@@ -229,7 +229,7 @@ pub fn aggregate(
     }
     let labels = label_names(points)?;
     let mut notes = Vec::new();
-    let (mut frame, cdf, summary_labels) = match spec.stats {
+    let (summary_frame, cdf, summary_labels) = match spec.stats {
         StatsKind::Seconds => {
             let summary = seconds_summary(spec, points, &labels)?;
             (frame::table_to_frame("summary", &summary)?, None, labels)
@@ -252,50 +252,45 @@ pub fn aggregate(
             (summary, None, kept_labels)
         }
     };
-    frame = frame::derive("summary", frame, &spec.derive, &summary_labels)?;
-    if let Some(compare) = &spec.compare {
-        frame = frame::compare("summary", frame, compare)?;
-    }
-    // Each frame with the table it was made from, when no polars step changed it since.
-    let mut frames = vec![("summary", frame, summary_labels.clone(), None)];
+    // The summary as a frame (polars may have derived and compared it); the CDF and blocks as the tables they
+    // were made as, which are exported without waiting for the summary's polars steps.
+    let mut tables_made = Vec::new();
     if let Some(cdf) = cdf {
         // A CDF's rows carry the labels of the summary row they belong to.
-        frames.push((
-            "cdf",
-            frame::table_to_frame("cdf", &cdf)?,
-            summary_labels.clone(),
-            Some(cdf),
-        ));
+        tables_made.push(("cdf", cdf, summary_labels.clone()));
     }
     if let Some(block_ms) = spec.blocks_ms {
         let blocks = blocks_table(spec, block_ms, points, &summary_labels, &mut notes)?;
-        let mut labels = summary_labels;
+        let mut labels = summary_labels.clone();
         labels.push(BLOCK_COLUMN.to_string());
-        frames.push((
-            BLOCKS_TABLE,
-            frame::table_to_frame(BLOCKS_TABLE, &blocks)?,
-            labels,
-            Some(blocks),
-        ));
+        tables_made.push((BLOCKS_TABLE, blocks, labels));
     }
+    // Every table's exports and the table returned side by side: one after the other they were a fifth of a
+    // trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`: 204 800 CDF rows). A table is returned as
+    // its exports read back without reading them (`frame::as_read_back`): the read-back took 45–100 ms of a
+    // trace's export phase.
+    let summary = || {
+        let mut frame = frame::derive("summary", summary_frame, &spec.derive, &summary_labels)?;
+        if let Some(compare) = &spec.compare {
+            frame = frame::compare("summary", frame, compare)?;
+        }
+        let (exported, table) = rayon::join(
+            || frame::export("summary", &frame, &summary_labels, out_dir),
+            || frame::frame_to_table("summary", &frame, Some(&summary_labels)),
+        );
+        exported.and(table).map(|table| ("summary", table))
+    };
+    let others = || -> Vec<Result<(&str, Table), AggregateError>> {
+        tables_made
+            .into_par_iter()
+            .map(|(name, table, labels)| {
+                frame::export_table(name, table, &labels, out_dir).map(|table| (name, table))
+            })
+            .collect()
+    };
+    let (summary, others) = rayon::join(summary, others);
     let mut tables = BTreeMap::new();
-    // Each table's exports and the table returned side by side: one after the other they were a fifth of a
-    // trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`: 204 800 CDF rows). A table a frame was made
-    // from is returned as its frame reads back without reading the frame (`frame::as_read_back`): the read-back
-    // took 45–100 ms of a trace's export phase, beside the CSV's 150.
-    let exported: Vec<Result<(&str, Table), AggregateError>> = frames
-        .into_par_iter()
-        .map(|(name, frame, labels, table)| {
-            let (exported, table) = rayon::join(
-                || frame::export(name, &frame, &labels, out_dir),
-                || match table {
-                    Some(table) => Ok(frame::as_read_back(table, &labels)),
-                    None => frame::frame_to_table(name, &frame, Some(&labels)),
-                },
-            );
-            exported.and(table).map(|table| (name, table))
-        })
-        .collect();
+    let exported = std::iter::once(summary).chain(others);
     for named in exported {
         let (name, table) = named?;
         tables.insert(name.to_string(), table);

@@ -775,6 +775,70 @@ mod samples {
         assert_exports_round_trip(&out, &result.tables)
     }
 
+    /// The CDF and blocks tables' CSV files are written from their cells, not by polars: they must be the bytes
+    /// polars writes for the same frame (read here from the Parquet export), with labels that need quoting,
+    /// empty text, numbers beside text and floats of every size.
+    #[test]
+    fn a_table_written_from_its_cells_is_the_csv_polars_writes() -> TestResult {
+        use polars::prelude::{CsvWriter, ParquetReader, SerReader, SerWriter};
+        let tmp = tempfile::tempdir()?;
+        let mut points = Vec::new();
+        let labelled = [
+            (
+                "a",
+                [
+                    ("run", num(7.0)),
+                    ("note", text("say \"hi\"")),
+                    ("separators", text("a,b")),
+                    ("empty", text("")),
+                    ("scale", num(0.1)),
+                    ("big", num(1e20)),
+                ],
+            ),
+            (
+                "b",
+                [
+                    ("run", text("azure")),
+                    ("note", text("cr\ronly")),
+                    ("separators", text("x\ny")),
+                    ("empty", text(" lead")),
+                    ("scale", num(1e-7)),
+                    ("big", num(-2.5)),
+                ],
+            ),
+        ];
+        for (name, pairs) in labelled {
+            let dir = tmp.path().join(name);
+            let rows: Vec<Sample> = (0..64)
+                .map(|s| sample((s % 2) as u32, s, s * 1_000_000, 1000 + s * s * 37))
+                .collect();
+            write_samples(&dir, &rows, 16)?;
+            points.push(point(dir, &pairs));
+        }
+        let out = tmp.path().join("out");
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","blocks_ms":10,"cdf":{"points":7}}"#)?,
+            &points,
+            &out,
+        )?;
+        for name in ["cdf", "blocks"] {
+            let file = std::fs::File::open(out.join(format!("{name}.parquet")))?;
+            let mut frame = ParquetReader::new(file).finish()?;
+            let mut by_polars = Vec::new();
+            CsvWriter::new(&mut by_polars)
+                .include_header(true)
+                .finish(&mut frame)?;
+            let written = std::fs::read(out.join(format!("{name}.csv")))?;
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                String::from_utf8_lossy(&by_polars),
+                "{name}.csv"
+            );
+            assert_eq!(written, by_polars, "{name}.csv");
+        }
+        assert_exports_round_trip(&out, &result.tables)
+    }
+
     #[test]
     fn trace_groups_by_function_and_fragments() -> TestResult {
         let tmp = tempfile::tempdir()?;
