@@ -10,6 +10,7 @@
 # runs REPEATS times (default 3): the table shows the run of median seconds and the largest peak RSS.
 # Goal (issue 14): >= 150 M rows/s, >= 4x polars and < 1 GiB peak RSS in every mode.
 # Usage: bench/aggregate_100m.sh [POINTS [ROWS_PER_POINT [DATA_DIR]]]   (default 32 × 3 125 000 = 100 M rows)
+#        MODES="trace fig16" runs only those modes (default: all five).
 # The data (about 2.6 GB: 0.8 GB of Parquet, 1.8 GB of sidecars) is generated once into DATA_DIR (default
 # $TMPDIR/fracflow-aggbench-v3-POINTSxROWS) and kept.
 set -euo pipefail
@@ -46,7 +47,8 @@ echo "host: $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "runs per reader: $repeats (the run of median seconds is shown)"
 results=$(mktemp)
 trap 'rm -f "$results" "$results".*' EXIT
-for mode in skip all warmup fig16 trace; do
+read -r -a modes <<< "${MODES:-skip all warmup fig16 trace}"
+for mode in "${modes[@]}"; do
   for reader in by-thread parquet polars; do
     case $reader in
       by-thread) args=(ours-$mode "$data") ;;
