@@ -49,9 +49,6 @@ pub struct PlanItem {
     pub estimate_source: &'static str,
     /// Bytes of outputs, from the node's newest cached entry.
     pub estimate_bytes: Option<u64>,
-    /// The node's current fingerprint, when its dependencies' outputs are known.
-    #[serde(skip)]
-    pub fingerprint: Option<Fingerprint>,
 }
 
 impl PlanItem {
@@ -79,9 +76,24 @@ pub fn plan(
     targets: &[NodeIndex],
     options: &RunOptions,
 ) -> Vec<PlanItem> {
+    plan_with_fingerprint(engine, graph, targets, options, None).0
+}
+
+/// [`plan`], and the current fingerprint of `fingerprinted` when its key is known. A plan of a cached graph
+/// makes no other node's owned fingerprint: one for every node was a tenth of a 100 000-node plan's peak heap
+/// (they were kept for `why`, which asks for one).
+fn plan_with_fingerprint(
+    engine: Engine<'_>,
+    graph: &Graph,
+    targets: &[NodeIndex],
+    options: &RunOptions,
+    fingerprinted: Option<NodeIndex>,
+) -> (Vec<PlanItem>, Option<Fingerprint>) {
+    let mut wanted_fingerprint = None;
     let selected = graph.closure(targets);
     let mut known: HashMap<NodeIndex, Known> = HashMap::new();
-    let mut items: Vec<PlanItem> = Vec::new();
+    // Sized once: grown by doubling, the vector's last copy held a 100 000-node plan twice.
+    let mut items: Vec<PlanItem> = Vec::with_capacity(selected.len());
     let mut item_of: HashMap<NodeIndex, usize> = HashMap::new();
     // Lazy effects that run only if a node that depends on them runs, decided once their dependents are.
     let mut if_needed: Vec<NodeIndex> = Vec::new();
@@ -105,14 +117,11 @@ pub fn plan(
                 None => Contribution::Unknown,
             }
         });
-        let (verdict, fingerprint) = match keyed {
-            Err(Unkeyed::Upstream(upstream)) => (Verdict::AfterUpstream { upstream }, None),
-            Err(Unkeyed::Error(error)) => (
-                Verdict::Error {
-                    message: error.message,
-                },
-                None,
-            ),
+        let verdict = match keyed {
+            Err(Unkeyed::Upstream(upstream)) => Verdict::AfterUpstream { upstream },
+            Err(Unkeyed::Error(error)) => Verdict::Error {
+                message: error.message,
+            },
             Ok(keyed) => {
                 let has_dependents = graph.dependents(index).any(|d| selected.contains(&d));
                 let need = decide::decide(
@@ -127,8 +136,10 @@ pub fn plan(
                 if keyed.lazy {
                     known.insert(index, Known::Effect(key.clone()));
                 }
-                let fingerprint = keyed.fingerprint(spec, options);
-                let verdict = match need {
+                if fingerprinted == Some(index) {
+                    wanted_fingerprint = Some(keyed.fingerprint(spec, options));
+                }
+                match need {
                     Need::Hit(entry) => {
                         hit_bytes = Some(entry.outputs.values().map(|b| b.size).sum());
                         known.insert(index, Known::Output(entry.output_hash));
@@ -144,7 +155,7 @@ pub fn plan(
                             .get_or_insert_with(|| engine.cache.pointer(&spec.id))
                             .as_ref()
                             .and_then(|p| engine.cache.get(&p.latest_key))
-                            .map(|old| old.fingerprint.diff(&fingerprint))
+                            .map(|old| old.fingerprint.diff(&keyed.fingerprint(spec, options)))
                             .unwrap_or_default();
                         Verdict::Run { key, changes }
                     }
@@ -154,8 +165,7 @@ pub fn plan(
                         if_needed.push(index);
                         Verdict::Always { key }
                     }
-                };
-                (verdict, Some(fingerprint))
+                }
             }
         };
         // A cached node costs no time; its past durations and sizes are read only for nodes that run, once.
@@ -187,7 +197,6 @@ pub fn plan(
             estimate_seconds,
             estimate_source,
             estimate_bytes,
-            fingerprint,
         });
     }
     // Last dependents first: along a chain (program → reboot → driver) each effect is needed when the next is.
@@ -228,7 +237,7 @@ pub fn plan(
             Verdict::AfterUpstream { upstream: pending }
         };
     }
-    items
+    (items, wanted_fingerprint)
 }
 
 /// What `why NODE` reports.
@@ -259,10 +268,8 @@ pub enum Why {
 /// Diffs the node's current fingerprint against its newest cached entry.
 pub fn why(engine: Engine<'_>, graph: &Graph, node: NodeIndex, options: &RunOptions) -> Why {
     let id = &graph.spec(node).id;
-    let Some(item) = plan(engine, graph, &[node], options)
-        .into_iter()
-        .find(|i| &i.node == id)
-    else {
+    let (items, fingerprint) = plan_with_fingerprint(engine, graph, &[node], options, Some(node));
+    let Some(item) = items.into_iter().find(|i| &i.node == id) else {
         return Why::Error {
             message: format!("node `{id}` is not in its own plan"),
         };
@@ -273,7 +280,7 @@ pub fn why(engine: Engine<'_>, graph: &Graph, node: NodeIndex, options: &RunOpti
     if let Verdict::Error { message } = item.verdict {
         return Why::Error { message };
     }
-    let Some(current) = item.fingerprint else {
+    let Some(current) = fingerprint else {
         return Why::Error {
             message: format!("no fingerprint computed for `{id}`"),
         };
