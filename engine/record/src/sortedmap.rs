@@ -85,7 +85,12 @@ where
 /// Later entries win over earlier ones of the same name, as collecting into a `BTreeMap` does.
 impl<V> FromIterator<(String, V)> for SortedMap<V> {
     fn from_iter<I: IntoIterator<Item = (String, V)>>(entries: I) -> Self {
-        SortedMap(entries.into_iter().collect())
+        // Sized from the iterator first: collected as it comes, a map of one entry took room for four (the
+        // vector's smallest growth), and a no-op records one such map per cached node.
+        let entries = entries.into_iter();
+        let mut map = LiteMap::with_capacity(entries.size_hint().0);
+        map.extend(entries);
+        SortedMap(map)
     }
 }
 
