@@ -68,8 +68,11 @@ impl SshHost {
         args.extend(self.options.iter().cloned());
         args.extend([
             "-o".to_owned(),
-            // %C: a hash of this user, host, port and remote user; short, so the socket path fits.
-            "ControlPath=/tmp/fracflow-ssh-%C".to_owned(),
+            match control_dir() {
+                // %C: a hash of this user, host, port and remote user; short, so the socket path fits.
+                Some(dir) => format!("ControlPath={}/%C", dir.display()),
+                None => "ControlPath=none".to_owned(),
+            },
             "-o".to_owned(),
             match mux {
                 Mux::Start => "ControlMaster=auto".to_owned(),
@@ -132,6 +135,49 @@ impl SshHost {
             )),
         }
     }
+}
+
+/// The folder of this user's shared ssh connections, `$XDG_RUNTIME_DIR/fracflow-ssh` or else
+/// `/tmp/fracflow-ssh-UID`; `None` (no sharing: a handshake per command) when neither is a private folder of this
+/// user. A connection's socket in a folder others can write could be one another user put there, and ssh would
+/// run our commands through it and report whatever it answers.
+fn control_dir() -> Option<&'static Path> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let uid = rustix::process::getuid().as_raw();
+        let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|dir| PathBuf::from(dir).join("fracflow-ssh"))
+            .filter(|dir| fits_a_socket(dir));
+        runtime
+            .into_iter()
+            .chain([PathBuf::from(format!("/tmp/fracflow-ssh-{uid}"))])
+            .find(|dir| private_dir(dir, uid).is_ok())
+    })
+    .as_deref()
+}
+
+/// Whether `dir/%C` fits a Unix socket's path (108 bytes), with the 40 characters of `%C` and the 17 of the
+/// temporary name ssh binds first.
+fn fits_a_socket(dir: &Path) -> bool {
+    dir.as_os_str().len() + 1 + 40 + 17 < 108
+}
+
+/// Makes `dir` (mode 0700) unless it exists, and checks that it is a folder, not a link, owned by `uid`, that
+/// nobody else may enter.
+fn private_dir(dir: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        made => made?,
+    }
+    let metadata = std::fs::symlink_metadata(dir)?;
+    if !metadata.is_dir() || metadata.uid() != uid || metadata.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a private folder of this user",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// `text` as one word for a POSIX shell.
@@ -455,5 +501,39 @@ mod tests {
             profile_first < sharing,
             "the profile's options win: {args:?}"
         );
+    }
+
+    #[test]
+    fn shared_connections_live_only_in_a_private_folder_of_this_user() -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir()?;
+        let uid = rustix::process::getuid().as_raw();
+        let made = tmp.path().join("made");
+        private_dir(&made, uid)?;
+        assert_eq!(
+            std::fs::metadata(&made)?.permissions().mode() & 0o777,
+            0o700
+        );
+        private_dir(&made, uid)?;
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared)?;
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777))?;
+        assert!(private_dir(&shared, uid).is_err(), "others may enter it");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&made, &link)?;
+        assert!(
+            private_dir(&link, uid).is_err(),
+            "a link to a private folder"
+        );
+        assert!(
+            private_dir(&made, uid.wrapping_add(1)).is_err(),
+            "another user's"
+        );
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "")?;
+        assert!(private_dir(&file, uid).is_err(), "a file");
+        assert!(fits_a_socket(Path::new("/run/user/1000/fracflow-ssh")));
+        assert!(!fits_a_socket(&Path::new("/").join("x".repeat(60))));
+        Ok(())
     }
 }
