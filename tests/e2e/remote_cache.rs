@@ -211,7 +211,13 @@ fn built_and_cached(output: &Output) -> (usize, usize) {
 /// Node id → (key, outputs) of the run a `latest` link points at.
 fn keys_and_outputs(
     run: &Path,
-) -> BTreeMap<String, (Option<String>, fracflow_record::SortedMap<String>)> {
+) -> BTreeMap<
+    String,
+    (
+        Option<fracflow_record::Digest>,
+        fracflow_record::SortedMap<fracflow_record::Digest>,
+    ),
+> {
     let manifest = fracflow_core::run::read_manifest(run).expect("manifest");
     manifest
         .nodes
@@ -338,7 +344,7 @@ fn wrong_credentials_a_tampered_blob_and_read_mode_never_fail_a_run() {
     // A blob altered on the server: detected by its hash, that node runs here, the others come from the
     // remote (its rebuilt output is the same, so their keys are).
     let manifest = keys_and_outputs(&a.latest_on("chain", None, "emulated"));
-    let hash = manifest["n0"].1["o"].clone();
+    let hash = manifest["n0"].1["o"].to_string();
     let blob = nginx.store().join("blobs").join(&hash[..2]).join(&hash);
     std::fs::write(&blob, b"9\n").expect("tamper with the blob");
     let c = chain_project(seed);

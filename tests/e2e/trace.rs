@@ -35,14 +35,14 @@ fn finished(output: &std::process::Output) -> bool {
 }
 
 /// The replay node's summary and key in the latest smoke run of azure_trace.
-fn replay(sandbox: &Sandbox) -> (MeasureSummary, String) {
+fn replay(sandbox: &Sandbox) -> (MeasureSummary, fracflow_record::Digest) {
     let latest = sandbox.latest_smoke("azure_trace");
     let summary = fracflow_record::read_record(&latest.join("nodes/replay").join(SUMMARY_FILE))
         .expect("the replay's summary");
     let manifest: RunManifest =
         serde_json::from_slice(&std::fs::read(latest.join("manifest.json")).expect("manifest"))
             .expect("manifest json");
-    let key = manifest.nodes["replay"].key.clone().expect("replay key");
+    let key = manifest.nodes["replay"].key.expect("replay key");
     (summary, key)
 }
 

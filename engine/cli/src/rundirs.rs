@@ -546,7 +546,7 @@ pub fn tool_versions(cache: &fracflow_core::Cache, info: &RunInfo) -> BTreeMap<S
         if !records_tools(&record.kind) {
             continue;
         }
-        if let Some(entry) = record.key.as_deref().and_then(|k| cache.get(k)) {
+        if let Some(entry) = record.key.as_ref().and_then(|k| cache.get(k)) {
             for (tool, version) in entry.fingerprint.tools {
                 tools.entry(tool).or_insert(version);
             }
@@ -619,10 +619,10 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let lines = [
             r#"{"at_ms":1000,"event":"run_started","pipeline":"p","run_id":"r","nodes":3,"testbed":"emulated"}"#,
-            r#"{"at_ms":1001,"event":"node_cached","node":"a","key":"k"}"#,
-            r#"{"at_ms":1002,"event":"node_started","node":"b","key":"k","attempt":1}"#,
+            r#"{"at_ms":1001,"event":"node_cached","node":"a","key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}"#,
+            r#"{"at_ms":1002,"event":"node_started","node":"b","key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","attempt":1}"#,
             r#"{"at_ms":1003,"event":"node_failed","node":"b","error":"transient"}"#,
-            r#"{"at_ms":1500,"event":"node_started","node":"b","key":"k","attempt":2}"#,
+            r#"{"at_ms":1500,"event":"node_started","node":"b","key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","attempt":2}"#,
             r#"{"at_ms":1501,"event":"node_fin"#,
         ];
         fs::write(dir.path().join("events.jsonl"), lines.join("\n"))?;

@@ -28,9 +28,9 @@ use crate::fingerprint::Fingerprint;
 use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
-use crate::statcache::{hash_and_size, hash_file};
+use crate::statcache::hash_and_size;
 use crate::storedir::StoreDir;
-use fracflow_record::{FORMAT_VERSION, Files, Publish, unique_suffix};
+use fracflow_record::{Digest, FORMAT_VERSION, Files, Publish, unique_suffix};
 
 /// Staging directories and `*.part` files older than this are left over from killed runs. Staging is normally
 /// judged by its owner's lock (see [`Cache::remove_dead_staging`]) and `gc` runs only while no engine holds the
@@ -47,7 +47,7 @@ pub type Outputs = fracflow_record::SortedMap<BlobRef>;
 /// One stored output file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobRef {
-    pub hash: String,
+    pub hash: Digest,
     pub size: u64,
 }
 
@@ -55,7 +55,7 @@ pub struct BlobRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CacheEntry {
     pub format_version: u32,
-    pub key: String,
+    pub key: Digest,
     pub node: String,
     pub fingerprint: Fingerprint,
     pub outputs: Outputs,
@@ -63,7 +63,7 @@ pub struct CacheEntry {
     /// The node's log of the run that produced it.
     pub log: Option<BlobRef>,
     /// Hash over outputs and metrics: what dependents' keys include.
-    pub output_hash: String,
+    pub output_hash: Digest,
     pub seconds: f64,
     pub created: String,
 }
@@ -72,22 +72,22 @@ pub struct CacheEntry {
 /// the entry itself). The hit index holds these.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
-    pub key: String,
+    pub key: Digest,
     pub outputs: Outputs,
     pub metrics: BTreeMap<String, serde_json::Value>,
     pub log: Option<BlobRef>,
-    pub output_hash: String,
+    pub output_hash: Digest,
     pub seconds: f64,
 }
 
 impl CacheEntry {
     pub fn hit(&self) -> Hit {
         Hit {
-            key: self.key.clone(),
+            key: self.key,
             outputs: self.outputs.clone(),
             metrics: self.metrics.clone(),
             log: self.log.clone(),
-            output_hash: self.output_hash.clone(),
+            output_hash: self.output_hash,
             seconds: self.seconds,
         }
     }
@@ -111,7 +111,7 @@ pub const TOUCH_INTERVAL: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NodePointer {
     pub node: String,
-    pub latest_key: String,
+    pub latest_key: Digest,
     pub durations: Vec<f64>,
 }
 
@@ -197,12 +197,13 @@ enum BlobFetch {
 }
 
 /// Hash of a node's result as its dependents see it.
-pub fn output_hash(outputs: &Outputs, metrics: &BTreeMap<String, serde_json::Value>) -> String {
+pub fn output_hash(outputs: &Outputs, metrics: &BTreeMap<String, serde_json::Value>) -> Digest {
     let mut hasher = blake3::Hasher::new();
     for (name, blob) in outputs {
         hasher.update(name.as_bytes());
         hasher.update(&[0]);
-        hasher.update(blob.hash.as_bytes());
+        // The hex spelling, as when blob names were held as text: every key made since stays the same.
+        hasher.update(blob.hash.to_hex().as_bytes());
         hasher.update(&[0]);
     }
     hasher.update(b"metrics");
@@ -211,7 +212,7 @@ pub fn output_hash(outputs: &Outputs, metrics: &BTreeMap<String, serde_json::Val
             .unwrap_or_default()
             .as_bytes(),
     );
-    hasher.finalize().to_hex().to_string()
+    hasher.finalize().into()
 }
 
 /// An entry file renewed within [`TOUCH_INTERVAL`].
@@ -225,10 +226,6 @@ fn modified_lately(modified: std::time::SystemTime) -> bool {
         .duration_since(modified)
         .unwrap_or_default()
         < TOUCH_INTERVAL
-}
-
-fn split(hash: &str) -> (&str, &str) {
-    hash.split_at(hash.len().min(2))
 }
 
 impl Cache {
@@ -290,14 +287,15 @@ impl Cache {
         Ok(in_use)
     }
 
-    pub fn blob_path(&self, hash: &str) -> PathBuf {
-        let (head, tail) = split(hash);
+    pub fn blob_path(&self, hash: &Digest) -> PathBuf {
+        let hex = hash.to_hex();
+        let (head, tail) = hex.split_at(2);
         self.sharded("blobs", head, tail, "")
     }
 
-    fn entry_path(&self, key: &str) -> PathBuf {
-        let (head, _) = split(key);
-        self.sharded("entries", head, key, ".json")
+    fn entry_path(&self, key: &Digest) -> PathBuf {
+        let hex = key.to_hex();
+        self.sharded("entries", &hex[..2], &hex, ".json")
     }
 
     /// `<root>/<store>/<head>/<name><suffix>`, built in one buffer: a no-op makes two of these per node, and
@@ -458,7 +456,7 @@ impl Cache {
     }
 
     /// The entry for `key`, or None when absent or unreadable (an unreadable entry is a miss, never an error).
-    pub fn get(&self, key: &str) -> Option<CacheEntry> {
+    pub fn get(&self, key: &Digest) -> Option<CacheEntry> {
         let (entry, _) = self.read_entry(key)?;
         self.blobs_exist(&entry.outputs, entry.log.as_ref())
             .then_some(entry)
@@ -467,7 +465,8 @@ impl Cache {
     /// Every blob an entry names is in the store.
     fn blobs_exist(&self, outputs: &Outputs, log: Option<&BlobRef>) -> bool {
         outputs.values().chain(log).all(|b| {
-            let (head, tail) = split(&b.hash);
+            let hex = b.hash.to_hex();
+            let (head, tail) = hex.split_at(2);
             self.blob_store.holds_file(head, tail)
         })
     }
@@ -475,9 +474,9 @@ impl Cache {
     /// What `key` serves a run, or None on a miss: [`Cache::get`] without reading the entry when the hit index
     /// holds it for the entry file that is there now (see `hitindex`). Either way the entry must exist and
     /// every blob it names too. Renews the entry's use for `gc` (see [`Cache::touch`]).
-    pub fn lookup(&self, key: &str) -> Option<Hit> {
-        let (head, _) = split(key);
-        let Some(entry_file) = self.entry_store.stat(head, key, ".json") else {
+    pub fn lookup(&self, key: &Digest) -> Option<Hit> {
+        let hex = key.to_hex();
+        let Some(entry_file) = self.entry_store.stat(&hex[..2], &hex, ".json") else {
             self.index.remove(key);
             return None;
         };
@@ -508,13 +507,13 @@ impl Cache {
 
     /// `key`'s entry, if it parses and names its own key, and the identity of the file it was read from (one
     /// open, so the two agree). An unreadable entry is a miss, never an error.
-    fn read_entry(&self, key: &str) -> Option<(CacheEntry, EntryIdentity)> {
+    fn read_entry(&self, key: &Digest) -> Option<(CacheEntry, EntryIdentity)> {
         let mut file = fs::File::open(self.entry_path(key)).ok()?;
         let identity = EntryIdentity::of(&file.metadata().ok()?);
         let mut bytes = Vec::new();
         io::Read::read_to_end(&mut file, &mut bytes).ok()?;
         let entry: CacheEntry = serde_json::from_slice(&bytes).ok()?;
-        (entry.key == key).then_some((entry, identity))
+        (entry.key == *key).then_some((entry, identity))
     }
 
     /// After a local miss, what the remote tier serves for `key`. With `fetch`, every blob the local cache
@@ -522,9 +521,9 @@ impl Cache {
     /// `why`, `plan` and later runs see it as a local entry); without, the remote is only asked whether it
     /// holds the entry and its blobs (`plan`). Never an error: a remote that fails is turned off with one
     /// warning, an unusable entry or blob is reported and the node runs here.
-    pub fn lookup_remote(&self, key: &str, fetch: bool) -> Option<Hit> {
+    pub fn lookup_remote(&self, key: &Digest, fetch: bool) -> Option<Hit> {
         let tier = self.remote.as_deref()?;
-        if !tier.is_up() || !remote::is_hash(key) {
+        if !tier.is_up() {
             return None;
         }
         let mut bytes = Vec::new();
@@ -546,7 +545,7 @@ impl Cache {
             tier.warn(&format!(
                 "remote cache {}: {why} (key {}); the node runs here",
                 tier.describe(),
-                &key[..12]
+                &key.to_hex()[..12]
             ));
         };
         let entry = match remote_entry(key, &bytes) {
@@ -617,7 +616,11 @@ impl Cache {
         let dir = target.parent().unwrap_or(&self.root).to_owned();
         let local = |e: io::Error| BlobFetch::Unusable(format!("writing a blob here failed: {e}"));
         self.files.create_dir_all_durable(&dir).map_err(local)?;
-        let staged = dir.join(format!(".{}.{}.part", &blob.hash[..16], unique_suffix()));
+        let staged = dir.join(format!(
+            ".{}.{}.part",
+            &blob.hash.to_hex()[..16],
+            unique_suffix()
+        ));
         let result = (|| {
             let mut file = self.files.create_new(&staged).map_err(local)?;
             let mut hashing = HashingWriter {
@@ -629,12 +632,12 @@ impl Cache {
                 Ok(false) => return Err(BlobFetch::Unusable("a blob it names is missing".into())),
                 Err(error) => return Err(BlobFetch::Store(error)),
             }
-            let actual = hashing.hasher.finalize().to_hex();
-            if actual.as_str() != blob.hash {
+            let actual = Digest::from(hashing.hasher.finalize());
+            if actual != blob.hash {
                 return Err(BlobFetch::Mismatch(format!(
                     "blob {} from the remote does not match its hash (got {}); discarded",
-                    &blob.hash[..12],
-                    &actual[..12]
+                    &blob.hash.to_hex()[..12],
+                    &actual.to_hex()[..12]
                 )));
             }
             io::Write::flush(&mut file).map_err(local)?;
@@ -668,11 +671,11 @@ impl Cache {
         if tier.mode() == remote::RemoteMode::Read || !tier.is_up() {
             return;
         }
-        let blobs: Vec<(String, PathBuf, u64)> = entry
+        let blobs: Vec<(Digest, PathBuf, u64)> = entry
             .outputs
             .values()
             .chain(entry.log.as_ref())
-            .map(|b| (b.hash.clone(), self.blob_path(&b.hash), b.size))
+            .map(|b| (b.hash, self.blob_path(&b.hash), b.size))
             .collect();
         let size: u64 = blobs.iter().map(|(_, _, size)| size).sum();
         let policy = tier.policy();
@@ -684,7 +687,7 @@ impl Cache {
             return;
         };
         tier.enqueue(Upload {
-            key: entry.key.clone(),
+            key: entry.key,
             entry: bytes,
             blobs,
         });
@@ -948,9 +951,8 @@ impl Cache {
             .unwrap_or_else(|| Err(io::Error::other("a commit of one entry returned none")))
     }
 
-    fn blob_dir(&self, hash: &str) -> PathBuf {
-        let (head, _) = split(hash);
-        self.root.join("blobs").join(head)
+    fn blob_dir(&self, hash: &Digest) -> PathBuf {
+        self.root.join("blobs").join(&hash.to_hex()[..2])
     }
 
     /// Syncs the data of each of `staged`'s blobs the store lacks (the log as a copy beside its blob, since the
@@ -995,12 +997,12 @@ impl Cache {
     /// A name for a blob's temporary in its directory: unique per call and machine, since two nodes or two
     /// engines may store the same content at the same moment, and one writer truncating the other's temporary
     /// would publish a torn blob.
-    fn blob_temporary(&self, hash: &str) -> io::Result<PathBuf> {
+    fn blob_temporary(&self, hash: &Digest) -> io::Result<PathBuf> {
         let dir = self.blob_dir(hash);
         self.files.create_dir_all_durable(&dir)?;
         Ok(dir.join(format!(
             ".{}.{}.part",
-            &hash[..hash.len().min(16)],
+            &hash.to_hex()[..16],
             unique_suffix()
         )))
     }
@@ -1010,7 +1012,9 @@ impl Cache {
     fn name_blob(&self, from: &Path, to: &Path) -> io::Result<()> {
         match self.files.rename(from, to) {
             Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-                let hash = blob_name(to);
+                let hash = blob_name(to).ok_or_else(|| {
+                    io::Error::other(format!("{} is not a blob's path", to.display()))
+                })?;
                 let copy = self.blob_temporary(&hash)?;
                 self.files.copy_new(from, &copy)?;
                 self.files.sync_file(&copy)?;
@@ -1100,11 +1104,11 @@ impl Cache {
     }
 
     /// Points `node`'s pointer at `key` and adds a duration to its estimates.
-    fn record_pointer(&self, node: &str, key: &str, seconds: f64) -> io::Result<()> {
+    fn record_pointer(&self, node: &str, key: &Digest, seconds: f64) -> io::Result<()> {
         // A read-modify-write that a concurrent engine may undo: at worst one duration is lost from an estimate.
         let mut pointer = self.pointer(node).unwrap_or_default();
         pointer.node = node.to_owned();
-        pointer.latest_key = key.to_owned();
+        pointer.latest_key = *key;
         pointer.durations.push(seconds);
         let excess = pointer.durations.len().saturating_sub(DURATION_HISTORY);
         pointer.durations.drain(..excess);
@@ -1157,7 +1161,7 @@ impl Cache {
                 }),
                 Ok(entry) => {
                     if entry.fingerprint.key() != entry.key
-                        || path.file_stem().and_then(|s| s.to_str()) != Some(entry.key.as_str())
+                        || path.file_stem().and_then(|s| s.to_str()) != Some(&*entry.key.to_hex())
                     {
                         report.corrupt.push(Corruption {
                             path: path.clone(),
@@ -1190,11 +1194,11 @@ impl Cache {
             .par_iter()
             .filter_map(|path| {
                 let expected = blob_name(path);
-                match hash_file(path) {
-                    Ok(actual) if actual == expected => None,
+                match hash_and_size(path) {
+                    Ok((actual, _)) if Some(actual) == expected => None,
                     Ok(actual) => Some(Corruption {
                         path: path.clone(),
-                        reason: format!("content hashes to {actual}, not its name"),
+                        reason: format!("content hashes to {}, not its name", actual.0),
                     }),
                     Err(e) => Some(Corruption {
                         path: path.clone(),
@@ -1219,7 +1223,7 @@ impl Cache {
     ///
     /// Refreshed at most once per [`TOUCH_INTERVAL`]: `gc` counts use in days, and a no-op run of a large
     /// pipeline must not write one file per node.
-    pub fn touch(&self, key: &str) {
+    pub fn touch(&self, key: &Digest) {
         let path = self.entry_path(key);
         if !fs::metadata(&path).is_ok_and(|m| used_lately(&m)) {
             self.renew(&path);
@@ -1235,11 +1239,11 @@ impl Cache {
 
     /// Removes every entry that is neither in `keep` nor used (built or hit) within `used_within`, then the
     /// blobs and node pointers no remaining entry needs.
-    pub fn gc(&self, keep: &HashSet<String>, used_within: Duration) -> io::Result<GcReport> {
+    pub fn gc(&self, keep: &HashSet<Digest>, used_within: Duration) -> io::Result<GcReport> {
         let _alone = InUse::exclusive(&self.locks_dir())?;
         let mut report = GcReport::default();
-        let mut live_blobs: HashSet<String> = HashSet::new();
-        let mut kept: HashSet<String> = HashSet::new();
+        let mut live_blobs: HashSet<Digest> = HashSet::new();
+        let mut kept: HashSet<Digest> = HashSet::new();
         let mut emptied: BTreeSet<PathBuf> = BTreeSet::new();
         for path in self.entry_files()? {
             let entry = fs::read(&path)
@@ -1247,13 +1251,13 @@ impl Cache {
                 .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok());
             match entry {
                 Some(entry) if keep.contains(&entry.key) || !is_older_than(&path, used_within) => {
-                    kept.insert(entry.key.clone());
+                    kept.insert(entry.key);
                     live_blobs.extend(
                         entry
                             .outputs
                             .values()
                             .chain(entry.log.iter())
-                            .map(|b| b.hash.clone()),
+                            .map(|b| b.hash),
                     );
                 }
                 _ => {
@@ -1280,7 +1284,7 @@ impl Cache {
             .into_iter()
             .filter(|p| !is_part(p))
         {
-            if !live_blobs.contains(&blob_name(&path)) {
+            if !blob_name(&path).is_some_and(|hash| live_blobs.contains(&hash)) {
                 report.bytes_freed += fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 self.files.remove_file(&path)?;
                 report.blobs_removed += 1;
@@ -1453,15 +1457,11 @@ fn is_part(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "part")
 }
 
-/// The hash a blob's path encodes (`blobs/ab/cdef…` → `abcdef…`).
-fn blob_name(path: &Path) -> String {
-    let head = path
-        .parent()
-        .and_then(|p| p.file_name())
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    let tail = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    format!("{head}{tail}")
+/// The hash a blob's path encodes (`blobs/ab/cdef…` → `abcdef…`), if it is a blob's.
+fn blob_name(path: &Path) -> Option<Digest> {
+    let head = path.parent()?.file_name()?.to_str()?;
+    let tail = path.file_name()?.to_str()?;
+    format!("{head}{tail}").parse().ok()
 }
 
 fn files_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -1486,10 +1486,10 @@ fn files_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// An entry a remote sent for `key`, if it is one: it parses, names `key`, its format is this engine's, its
 /// output hash is what its outputs and metrics make, and every name in it is safe to become a path.
-fn remote_entry(key: &str, bytes: &[u8]) -> Result<CacheEntry, String> {
+fn remote_entry(key: &Digest, bytes: &[u8]) -> Result<CacheEntry, String> {
     let entry: CacheEntry =
         serde_json::from_slice(bytes).map_err(|e| format!("not an entry: {e}"))?;
-    if entry.key != key {
+    if entry.key != *key {
         return Err("it names another key".into());
     }
     if entry.format_version != FORMAT_VERSION {
@@ -1498,18 +1498,14 @@ fn remote_entry(key: &str, bytes: &[u8]) -> Result<CacheEntry, String> {
             entry.format_version
         ));
     }
-    let blobs_are_hashes = entry
+    // Its blobs' names parsed as digests (64 hex digits) or it would not have parsed; its outputs' names
+    // become paths in run directories.
+    if !entry
         .outputs
-        .values()
-        .chain(entry.log.as_ref())
-        .all(|b| remote::is_hash(&b.hash));
-    if !blobs_are_hashes
-        || !entry
-            .outputs
-            .keys()
-            .all(|name| remote::is_output_name(name))
+        .keys()
+        .all(|name| remote::is_output_name(name))
     {
-        return Err("it names a blob or an output that is not well-formed".into());
+        return Err("it names an output that is not well-formed".into());
     }
     if output_hash(&entry.outputs, &entry.metrics) != entry.output_hash {
         return Err("its output hash does not match its outputs".into());
@@ -1635,10 +1631,7 @@ mod tests {
             )
         };
         let group = vec![stage(1)?, stage(2)?];
-        let keys: Vec<String> = group
-            .iter()
-            .map(|staged| staged.entry.key.clone())
-            .collect();
+        let keys: Vec<Digest> = group.iter().map(|staged| staged.entry.key).collect();
         for (result, key) in cache.commit(group).into_iter().zip(&keys) {
             let message = result.err().map(|e| e.to_string()).unwrap_or_default();
             assert!(

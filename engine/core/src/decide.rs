@@ -11,14 +11,15 @@ use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintRef};
 use crate::graph::Graph;
 use crate::scheduler::{Engine, RunOptions, exclusive, uses_testbed};
 use crate::spec::NodeSpec;
+use fracflow_record::Digest;
 
 /// What a dependency contributes to the keys of the nodes that depend on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Contribution<'a> {
     /// A lazy effect: its own key, known before it runs (see `scheduler`'s module comment).
-    Effect(&'a str),
+    Effect(&'a Digest),
     /// Any other node: the hash of its outputs, known once it is built or found in the cache.
-    Output(&'a str),
+    Output(&'a Digest),
     /// Not known yet: the dependency has still to run.
     Unknown,
 }
@@ -29,7 +30,7 @@ pub(crate) struct Keyed {
     pub info: KindInfo,
     /// A lazy effect (see `Executor::lazy`).
     pub lazy: bool,
-    pub key: String,
+    pub key: Digest,
     /// The parts of its fingerprint that are not in its spec or its kind's facts.
     inputs: BTreeMap<String, String>,
     upstream: BTreeMap<String, String>,
@@ -100,11 +101,11 @@ pub(crate) fn key<'c>(
         let id = &graph.spec(dependency).id;
         match contribution(dependency) {
             Contribution::Effect(key) => {
-                upstream.insert(id.clone(), key.to_owned());
+                upstream.insert(id.clone(), key.to_string());
             }
             Contribution::Output(_) if lazy => {}
             Contribution::Output(hash) => {
-                upstream.insert(id.clone(), hash.to_owned());
+                upstream.insert(id.clone(), hash.to_string());
             }
             Contribution::Unknown if lazy => {}
             Contribution::Unknown => pending.push(id.clone()),
@@ -118,7 +119,7 @@ pub(crate) fn key<'c>(
     let mut keyed = Keyed {
         info,
         lazy,
-        key: String::new(),
+        key: Digest::default(),
         inputs: engine.input_hashes(spec).map_err(Unkeyed::Error)?,
         upstream,
         placement: exclusive(spec).map(|r| r.to_string()).collect(),

@@ -81,7 +81,7 @@ pub struct Job<'a> {
     pub run: &'a RunIdentity,
     /// The node's key (blake3 of its fingerprint): the same in every run and engine that does this same work,
     /// so work handed elsewhere (a Slurm job) can be found again after a restart.
-    pub key: &'a str,
+    pub key: &'a fracflow_record::Digest,
 }
 
 /// Which run a node executes in: figures and reports name it.

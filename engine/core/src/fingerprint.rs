@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use fracflow_record::Digest;
+
 use crate::spec::Settings;
 
 /// Bump when the meaning of any field changes: every key changes with it, so old entries are never misread.
@@ -62,11 +64,9 @@ pub struct FingerprintRef<'a> {
 }
 
 impl FingerprintRef<'_> {
-    /// The cache key: blake3 of the canonical JSON form, as hex.
-    pub fn key(&self) -> String {
-        blake3::hash(self.canonical_json().as_bytes())
-            .to_hex()
-            .to_string()
+    /// The cache key: blake3 of the canonical JSON form.
+    pub fn key(&self) -> Digest {
+        Digest::of(self.canonical_json().as_bytes())
     }
 
     pub fn to_fingerprint(&self) -> Fingerprint {
@@ -121,8 +121,8 @@ impl FingerprintRef<'_> {
 }
 
 impl Fingerprint {
-    /// The cache key: blake3 of the canonical JSON form, as hex.
-    pub fn key(&self) -> String {
+    /// The cache key: blake3 of the canonical JSON form.
+    pub fn key(&self) -> Digest {
         self.as_ref().key()
     }
 
@@ -395,10 +395,7 @@ mod tests {
         for fingerprint in [sample(), fingerprint] {
             let serde = serde_json::to_string(&fingerprint).expect("serialisable");
             assert_eq!(fingerprint.canonical_json(), serde);
-            assert_eq!(
-                fingerprint.key(),
-                blake3::hash(serde.as_bytes()).to_hex().to_string()
-            );
+            assert_eq!(fingerprint.key(), blake3::hash(serde.as_bytes()).into());
             let mut through_serde = BTreeMap::new();
             let value = serde_json::to_value(&fingerprint).expect("serialisable");
             flatten_into(&mut through_serde, String::new(), &value, 0);

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::graph::{Graph, NodeIndex};
 use crate::run::{is_latest_link, node_dir_name, read_manifest};
+use fracflow_record::Digest;
 
 /// The cache keys referenced by the newest `per_pipeline` runs of every pipeline under `results`.
 ///
@@ -17,7 +18,7 @@ use crate::run::{is_latest_link, node_dir_name, read_manifest};
 /// start time (`RunDir::create` names them so), which is what "newest" means here. The run every `latest` link
 /// points at ([`crate::run::latest_link`]) is kept too, however old: `fracflow plot` re-draws from it, and the
 /// last full run must not lose its cache entries to a series of smoke runs.
-pub fn recent_keys(results: &Path, per_pipeline: usize) -> io::Result<HashSet<String>> {
+pub fn recent_keys(results: &Path, per_pipeline: usize) -> io::Result<HashSet<Digest>> {
     let mut keep = HashSet::new();
     let pipelines = match fs::read_dir(results) {
         Ok(pipelines) => pipelines,
@@ -134,10 +135,15 @@ mod tests {
         }
     }
 
-    /// One run of `pipeline` whose node `a` has `key`.
-    fn run_with_key(results: &Path, pipeline: &str, key: &str) -> io::Result<PathBuf> {
+    /// The key a test names `name`.
+    fn key(name: &str) -> Digest {
+        Digest::of(name.as_bytes())
+    }
+
+    /// One run of `pipeline` whose node `a` has the key named `name`.
+    fn run_with_key(results: &Path, pipeline: &str, name: &str) -> io::Result<PathBuf> {
         let mut run = RunDir::create(results, pipeline, &test_meta())?;
-        run.record_mut("a", "command").key = Some(key.to_owned());
+        run.record_mut("a", "command").key = Some(key(name));
         run.write_manifest()?;
         Ok(run.dir().to_owned())
     }
@@ -151,9 +157,9 @@ mod tests {
         }
         run_with_key(&results, "other", "other-only")?;
         let keep = recent_keys(&results, 2)?;
-        let expected: HashSet<String> = ["middle", "new", "other-only"]
+        let expected: HashSet<Digest> = ["middle", "new", "other-only"]
             .into_iter()
-            .map(str::to_owned)
+            .map(key)
             .collect();
         assert_eq!(keep, expected, "the oldest run of demo is not kept");
         Ok(())
@@ -166,9 +172,9 @@ mod tests {
         let full = run_with_key(&results, "demo", "full")?;
         let mut smoke = test_meta();
         smoke.variant = Some("smoke".to_owned());
-        for key in ["smoke-1", "smoke-2", "smoke-3"] {
+        for name in ["smoke-1", "smoke-2", "smoke-3"] {
             let mut run = RunDir::create(&results, "demo", &smoke)?;
-            run.record_mut("a", "command").key = Some(key.to_owned());
+            run.record_mut("a", "command").key = Some(key(name));
             run.write_manifest()?;
         }
         assert!(
@@ -177,8 +183,7 @@ mod tests {
             "smoke runs leave `latest` alone"
         );
         let keep = recent_keys(&results, 1)?;
-        let expected: HashSet<String> =
-            ["full", "smoke-3"].into_iter().map(str::to_owned).collect();
+        let expected: HashSet<Digest> = ["full", "smoke-3"].into_iter().map(key).collect();
         assert_eq!(
             keep, expected,
             "the newest run, and the full run `latest` names"

@@ -28,10 +28,10 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Hit;
-use fracflow_record::{Files, Publish, sealed};
+use fracflow_record::{Digest, Files, Publish, sealed};
 
 /// The file's first value; any other makes the whole file a miss.
-const HEADER: &str = "fracflow hit index 4";
+const HEADER: &str = "fracflow hit index 5";
 
 /// The index's file before version 2 (JSON lines), removed when the index is next written.
 const FORMER_FILE: &str = "index.jsonl";
@@ -79,9 +79,9 @@ enum Slot {
 
 #[derive(Debug, Default)]
 struct State {
-    records: HashMap<String, Slot>,
+    records: HashMap<Digest, Slot>,
     /// Keys whose record changed or went away since the file was read.
-    changed: HashMap<String, bool>,
+    changed: HashMap<Digest, bool>,
 }
 
 #[derive(Debug)]
@@ -121,13 +121,13 @@ impl HitIndex {
 
     /// The record of `key`, if the index holds one taken from the entry file identified as `identity`. Each
     /// record is served once: asked again, the caller reads the entry.
-    pub fn get(&self, key: &str, identity: EntryIdentity) -> Option<Hit> {
+    pub fn get(&self, key: &Digest, identity: EntryIdentity) -> Option<Hit> {
         self.with(|state| {
             let slot = state.records.get_mut(key)?;
             let Slot::Held(record) = slot else {
                 return None;
             };
-            if record.entry != identity || record.hit.key != key {
+            if record.entry != identity || record.hit.key != *key {
                 return None;
             }
             match std::mem::replace(slot, Slot::Served(identity)) {
@@ -139,7 +139,7 @@ impl HitIndex {
 
     pub fn insert(&self, identity: EntryIdentity, hit: Hit) {
         self.with(|state| {
-            let key = hit.key.clone();
+            let key = hit.key;
             // A served record read again from its unchanged entry file is the file's record still.
             let fresh = match state.records.get(&key) {
                 None => true,
@@ -147,7 +147,7 @@ impl HitIndex {
                 Some(Slot::Served(served)) => *served != identity,
             };
             state.records.insert(
-                key.clone(),
+                key,
                 Slot::Held(Record {
                     entry: identity,
                     hit,
@@ -160,10 +160,10 @@ impl HitIndex {
     }
 
     /// Forgets `key`: its entry is gone or no longer the one recorded.
-    pub fn remove(&self, key: &str) {
+    pub fn remove(&self, key: &Digest) {
         self.with(|state| {
             if state.records.remove(key).is_some() {
-                state.changed.insert(key.to_owned(), false);
+                state.changed.insert(*key, false);
             }
         });
     }
@@ -193,7 +193,7 @@ impl HitIndex {
         }
         let mut body = Vec::with_capacity(state.records.len() * 256);
         // Sorted, so the file is the same whatever order the keys were found in.
-        let mut keys: Vec<&String> = state.records.keys().collect();
+        let mut keys: Vec<&Digest> = state.records.keys().collect();
         keys.sort();
         // A served record the file no longer holds (another engine dropped it) is left out: its entry is read
         // next time.
@@ -223,7 +223,7 @@ fn header() -> Vec<u8> {
 
 /// The records of the index file; nothing for a missing file, another format, or a body whose checksum fails
 /// (a write torn by power loss).
-fn read_records(path: &Path) -> HashMap<String, Slot> {
+fn read_records(path: &Path) -> HashMap<Digest, Slot> {
     let Ok(bytes) = fs::read(path) else {
         return HashMap::new();
     };
@@ -233,12 +233,12 @@ fn read_records(path: &Path) -> HashMap<String, Slot> {
     let Some(body) = sealed::unseal(rest) else {
         return HashMap::new();
     };
-    // A record of a trivial node is about 240 bytes; growing the map record by record re-hashed every key
+    // A record of a trivial node is about 140 bytes; growing the map record by record re-hashed every key
     // several times over.
-    let mut records = HashMap::with_capacity(body.len() / 240);
+    let mut records = HashMap::with_capacity(body.len() / 140);
     let mut values = rmp_serde::Deserializer::from_read_ref(body);
     while let Ok(record) = Record::deserialize(&mut values) {
-        records.insert(record.hit.key.clone(), Slot::Held(record));
+        records.insert(record.hit.key, Slot::Held(record));
     }
     records
 }
@@ -248,13 +248,17 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn hit(key: &str) -> Hit {
+    fn key(name: &str) -> Digest {
+        Digest::of(name.as_bytes())
+    }
+
+    fn hit(name: &str) -> Hit {
         Hit {
-            key: key.to_owned(),
+            key: key(name),
             outputs: crate::cache::Outputs::new(),
             metrics: BTreeMap::new(),
             log: None,
-            output_hash: format!("out-{key}"),
+            output_hash: Digest::of(format!("out-{name}").as_bytes()),
             seconds: 1.0,
         }
     }
@@ -273,16 +277,16 @@ mod tests {
         index.insert(ID, hit("k1"));
         index.save(&Files::real())?;
         let reread = HitIndex::new(dir.path());
-        assert_eq!(reread.get("k1", ID), Some(hit("k1")));
+        assert_eq!(reread.get(&key("k1"), ID), Some(hit("k1")));
         let replaced = EntryIdentity { ino: 9, ..ID };
-        assert_eq!(reread.get("k1", replaced), None);
+        assert_eq!(reread.get(&key("k1"), replaced), None);
         // Its inode number reused by a later entry file of the same size: another file.
         let reused = EntryIdentity {
             changed_ns: 5,
             ..ID
         };
-        assert_eq!(reread.get("k1", reused), None);
-        assert_eq!(reread.get("k2", ID), None);
+        assert_eq!(reread.get(&key("k1"), reused), None);
+        assert_eq!(reread.get(&key("k2"), ID), None);
         Ok(())
     }
 
@@ -294,7 +298,10 @@ mod tests {
         index.insert(ID, hit("k2"));
         index.save(&Files::real())?;
         let saved = fs::read(index.path())?;
-        assert_eq!(HitIndex::new(dir.path()).get("k2", ID), Some(hit("k2")));
+        assert_eq!(
+            HitIndex::new(dir.path()).get(&key("k2"), ID),
+            Some(hit("k2"))
+        );
         // Power loss can leave the tail of a file that was being written filled with zeros: here the last
         // record's duration and the end of its output hash, where the bytes still parse, as a record with
         // another hash.
@@ -303,18 +310,18 @@ mod tests {
         torn[tail..].fill(0);
         fs::write(index.path(), &torn)?;
         let reread = HitIndex::new(dir.path());
-        assert_eq!(reread.get("k2", ID), None);
-        assert_eq!(reread.get("k1", ID), None);
+        assert_eq!(reread.get(&key("k2"), ID), None);
+        assert_eq!(reread.get(&key("k1"), ID), None);
         let mut cut = saved;
         cut.truncate(cut.len() - 12);
         fs::write(index.path(), &cut)?;
-        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        assert_eq!(HitIndex::new(dir.path()).get(&key("k1"), ID), None);
         fs::write(index.path(), "{\"format\":\"other\"}\n")?;
-        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        assert_eq!(HitIndex::new(dir.path()).get(&key("k1"), ID), None);
         let mut foreign = Vec::new();
         rmp_serde::encode::write_named(&mut foreign, "another index").map_err(io::Error::other)?;
         fs::write(index.path(), &foreign)?;
-        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        assert_eq!(HitIndex::new(dir.path()).get(&key("k1"), ID), None);
         Ok(())
     }
 
@@ -326,21 +333,21 @@ mod tests {
         index.insert(ID, hit("k2"));
         index.save(&Files::real())?;
         let reread = HitIndex::new(dir.path());
-        assert_eq!(reread.get("k1", ID), Some(hit("k1")));
-        assert_eq!(reread.get("k1", ID), None, "moved out, not copied");
+        assert_eq!(reread.get(&key("k1"), ID), Some(hit("k1")));
+        assert_eq!(reread.get(&key("k1"), ID), None, "moved out, not copied");
         // Read again from its unchanged entry, it is no change; another key's change saves the file with it.
         reread.insert(ID, hit("k1"));
-        assert_eq!(reread.get("k2", ID), Some(hit("k2")));
+        assert_eq!(reread.get(&key("k2"), ID), Some(hit("k2")));
         reread.insert(ID, hit("k3"));
         reread.save(&Files::real())?;
         let after = HitIndex::new(dir.path());
-        for key in ["k1", "k2", "k3"] {
-            assert_eq!(after.get(key, ID), Some(hit(key)), "{key}");
+        for name in ["k1", "k2", "k3"] {
+            assert_eq!(after.get(&key(name), ID), Some(hit(name)), "{name}");
         }
         // A served key whose entry went away is dropped from the file.
-        after.remove("k1");
+        after.remove(&key("k1"));
         after.save(&Files::real())?;
-        assert_eq!(HitIndex::new(dir.path()).get("k1", ID), None);
+        assert_eq!(HitIndex::new(dir.path()).get(&key("k1"), ID), None);
         Ok(())
     }
 
@@ -354,12 +361,12 @@ mod tests {
         other.save(&Files::real())?;
         one.save(&Files::real())?;
         let merged = HitIndex::new(dir.path());
-        assert!(merged.get("k1", ID).is_some() && merged.get("k2", ID).is_some());
+        assert!(merged.get(&key("k1"), ID).is_some() && merged.get(&key("k2"), ID).is_some());
         // A key this engine found gone stays gone, whatever the file held.
         let third = HitIndex::new(dir.path());
-        third.remove("k2");
+        third.remove(&key("k2"));
         third.save(&Files::real())?;
-        assert!(HitIndex::new(dir.path()).get("k2", ID).is_none());
+        assert!(HitIndex::new(dir.path()).get(&key("k2"), ID).is_none());
         Ok(())
     }
 }

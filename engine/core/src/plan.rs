@@ -5,6 +5,8 @@ use foldhash::{HashMap, HashMapExt};
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
+use fracflow_record::Digest;
+
 use crate::decide::{self, AskRemote, Contribution, Need, Unkeyed};
 use crate::fingerprint::{FieldChange, Fingerprint};
 use crate::graph::Graph;
@@ -15,16 +17,16 @@ use crate::scheduler::{Engine, RunOptions};
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Verdict {
     /// Its key is in the cache.
-    Cached { key: String },
+    Cached { key: Digest },
     /// Its key is not in the local cache but the remote tier holds it: the run downloads it, runs nothing.
-    Remote { key: String },
+    Remote { key: Digest },
     /// Its key is new; `changes` says what differs from the node's newest cached entry (empty: no entry).
     Run {
-        key: String,
+        key: Digest,
         changes: Vec<FieldChange>,
     },
     /// Forced by `--rerun`.
-    Forced { key: String },
+    Forced { key: Digest },
     /// A dependency will run, so its key is known only then. For a lazy effect: whether it runs is known only
     /// once these nodes have run (they decide whether a node that needs it is a cache hit).
     AfterUpstream { upstream: Vec<String> },
@@ -32,9 +34,9 @@ pub enum Verdict {
     Error { message: String },
     /// The kind is an effect (programming a device): it runs whenever the run reaches it; a lazy effect, only
     /// because something that needs it runs.
-    Always { key: String },
+    Always { key: Digest },
     /// A lazy effect (a set-up step) whose dependents are all cached, or not needed either: the run will skip it.
-    NotNeeded { key: String },
+    NotNeeded { key: Digest },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,8 +66,8 @@ impl PlanItem {
 
 /// What a planned node contributes to its dependents' keys, when that is known before the run.
 enum Known {
-    Effect(String),
-    Output(String),
+    Effect(Digest),
+    Output(Digest),
 }
 
 /// Every node `targets` need, in topological order, with its verdict and estimates. Keys and needs come from
@@ -132,9 +134,9 @@ fn plan_with_fingerprint(
                     has_dependents,
                     AskRemote::Probe,
                 );
-                let key = keyed.key.clone();
+                let key = keyed.key;
                 if keyed.lazy {
-                    known.insert(index, Known::Effect(key.clone()));
+                    known.insert(index, Known::Effect(key));
                 }
                 if fingerprinted == Some(index) {
                     wanted_fingerprint = Some(keyed.fingerprint(spec, options));
@@ -225,7 +227,7 @@ fn plan_with_fingerprint(
         let Verdict::Always { key } = &items[item].verdict else {
             continue;
         };
-        let key = key.clone();
+        let key = *key;
         items[item].verdict = if runs {
             Verdict::Always { key }
         } else if pending.is_empty() {
@@ -246,14 +248,14 @@ fn plan_with_fingerprint(
 pub enum Why {
     /// The current key is cached: nothing to explain.
     UpToDate {
-        key: String,
+        key: Digest,
     },
     /// The node has never been stored.
     NeverBuilt,
     /// The current key differs from the newest entry in these fields.
     Changed {
-        old_key: String,
-        new_key: String,
+        old_key: Digest,
+        new_key: Digest,
         changes: Vec<FieldChange>,
     },
     /// A dependency has no cached result, so the key is not known yet.

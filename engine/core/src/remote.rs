@@ -19,6 +19,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use fracflow_record::Digest;
+
 /// Why a request to the store failed (not found is not a failure: it is `Ok(None)`).
 #[derive(Debug, Clone)]
 pub struct RemoteError(pub String);
@@ -88,9 +90,9 @@ pub struct RemoteStats {
 
 /// One entry to upload: its blobs (hash, local file, size), then its bytes.
 pub(crate) struct Upload {
-    pub key: String,
+    pub key: Digest,
     pub entry: Vec<u8>,
-    pub blobs: Vec<(String, std::path::PathBuf, u64)>,
+    pub blobs: Vec<(Digest, std::path::PathBuf, u64)>,
 }
 
 /// The remote tier of one cache.
@@ -102,7 +104,7 @@ pub struct RemoteTier {
     warn: Arc<dyn Fn(&str) + Send + Sync>,
     stats: Arc<Mutex<RemoteStats>>,
     /// Blobs the remote served with other bytes than their hash: uploaded again, whatever their size there.
-    rejected: Arc<Mutex<BTreeSet<String>>>,
+    rejected: Arc<Mutex<BTreeSet<Digest>>>,
     uploader: Mutex<Option<(mpsc::Sender<Upload>, JoinHandle<()>)>>,
 }
 
@@ -116,17 +118,14 @@ impl fmt::Debug for RemoteTier {
 }
 
 /// Object paths of the layout above.
-pub(crate) fn entry_object(key: &str) -> String {
-    format!("entries/{}/{key}.json", &key[..key.len().min(2)])
+pub(crate) fn entry_object(key: &Digest) -> String {
+    let hex = key.to_hex();
+    format!("entries/{}/{}.json", &hex[..2], &*hex)
 }
 
-pub(crate) fn blob_object(hash: &str) -> String {
-    format!("blobs/{}/{hash}", &hash[..hash.len().min(2)])
-}
-
-/// A blake3 hash or key as fracflow writes them: 64 lowercase hex digits (a remote's names become paths).
-pub(crate) fn is_hash(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+pub(crate) fn blob_object(hash: &Digest) -> String {
+    let hex = hash.to_hex();
+    format!("blobs/{}/{}", &hex[..2], &*hex)
 }
 
 /// An output name an entry may carry: a relative path of plain components (it becomes a path in a run
@@ -187,11 +186,11 @@ impl RemoteTier {
     }
 
     /// The remote's copy of blob `hash` has other bytes: the next upload of it replaces it.
-    pub(crate) fn reject(&self, hash: &str) {
+    pub(crate) fn reject(&self, hash: &Digest) {
         self.rejected
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(hash.to_owned());
+            .insert(*hash);
         self.count(|s| s.rejected_blobs += 1);
     }
 
@@ -289,7 +288,7 @@ fn take_down(
 fn upload_one(
     store: &dyn RemoteStore,
     upload: &Upload,
-    replace: &BTreeSet<String>,
+    replace: &BTreeSet<Digest>,
 ) -> Result<u64, RemoteError> {
     let mut sent = 0;
     for (hash, path, size) in &upload.blobs {
@@ -313,9 +312,10 @@ mod tests {
 
     #[test]
     fn names_from_a_remote_are_checked_before_they_become_paths() {
-        assert!(is_hash(&"ab".repeat(32)));
-        assert!(!is_hash("../../etc/passwd"));
-        assert!(!is_hash(&"AB".repeat(32)));
+        // A key or blob name is a `Digest`, which only 64 lowercase hex digits make.
+        assert!("ab".repeat(32).parse::<Digest>().is_ok());
+        assert!("../../etc/passwd".parse::<Digest>().is_err());
+        assert!("AB".repeat(32).parse::<Digest>().is_err());
         assert!(is_output_name("summary.csv"));
         assert!(is_output_name("dir/file"));
         assert!(!is_output_name("../escape"));

@@ -425,10 +425,15 @@ impl RunDir {
         for (node, record) in &self.manifest.nodes {
             field(&mut text, node.as_bytes());
             field(&mut text, record.kind.as_bytes());
-            field(&mut text, record.key.as_deref().unwrap_or("").as_bytes());
+            // Hashes in hex, as when they were held as text: a NUL-separated field of raw bytes could hold a
+            // NUL, and a run made before still repeats.
+            match &record.key {
+                Some(key) => field(&mut text, key.to_hex().as_bytes()),
+                None => field(&mut text, b""),
+            }
             for (name, hash) in &record.outputs {
                 field(&mut text, name.as_bytes());
-                field(&mut text, hash.as_bytes());
+                field(&mut text, hash.to_hex().as_bytes());
             }
             if !record.metrics.is_empty() {
                 serde_json::to_writer(&mut text, &record.metrics).map_err(io::Error::other)?;
@@ -656,11 +661,11 @@ fn record_hit<'a>(
     hit: &Hit,
 ) -> &'a mut NodeRecord {
     let record = record_in(nodes, node, kind);
-    record.key = Some(hit.key.clone());
+    record.key = Some(hit.key);
     record.outputs = hit
         .outputs
         .iter()
-        .map(|(n, b)| (n.clone(), b.hash.clone()))
+        .map(|(n, b)| (n.clone(), b.hash))
         .collect();
     record.metrics = hit.metrics.clone();
     if hit.log.is_some() {

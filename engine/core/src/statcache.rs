@@ -105,12 +105,12 @@ impl StatCache {
 
 /// blake3 of a file's content as hex, streamed.
 pub fn hash_file(path: &Path) -> io::Result<String> {
-    hash_and_size(path).map(|(hash, _)| hash)
+    hash_and_size(path).map(|(hash, _)| hash.to_string())
 }
 
-/// blake3 of a file's content as hex, and its size: the bytes hashed, so the two always describe the same
-/// content, and no `stat` is needed after the read.
-pub fn hash_and_size(path: &Path) -> io::Result<(String, u64)> {
+/// blake3 of a file's content, and its size: the bytes hashed, so the two always describe the same content,
+/// and no `stat` is needed after the read.
+pub fn hash_and_size(path: &Path) -> io::Result<(fracflow_record::Digest, u64)> {
     /// A reader that counts what passes through it.
     struct Counted<R> {
         inner: R,
@@ -129,7 +129,7 @@ pub fn hash_and_size(path: &Path) -> io::Result<(String, u64)> {
         bytes: 0,
     };
     hasher.update_reader(&mut file)?;
-    Ok((hasher.finalize().to_hex().to_string(), file.bytes))
+    Ok((hasher.finalize().into(), file.bytes))
 }
 
 #[cfg(test)]

@@ -358,7 +358,7 @@ fn verify_names_corrupt_blobs_ignores_torn_temporaries_and_gc_frees_unreferenced
 
     let freed = cache
         .gc(
-            &std::collections::HashSet::from([a.key.clone()]),
+            &std::collections::HashSet::from([a.key]),
             std::time::Duration::ZERO,
         )
         .expect("gc");

@@ -590,7 +590,9 @@ fn a_disagreement_is_reported() {
     let case = hand_written(vec![Kind::Constant], vec![vec![]]);
     let nodes = nodes(root, &case, &case.before);
     let (mut predicted, run) = plan_then_run(root, &nodes, &[0], &[], false);
-    predicted[0].verdict = Verdict::Cached { key: "k".into() };
+    predicted[0].verdict = Verdict::Cached {
+        key: fracflow_record::Digest::of(b"k"),
+    };
     let error = agree(&nodes, &predicted, &run, false).expect_err("a disagreement");
     assert!(error.starts_with("n0: plan said Cached"), "{error}");
 }

@@ -10,6 +10,7 @@ use fracflow_core::remote::{
     RemoteError, RemoteMode, RemoteStats, RemoteStore, RemoteTier, UploadPolicy,
 };
 use fracflow_core::{Cache, CacheEntry, Fingerprint};
+use fracflow_record::Digest;
 
 /// Objects by path, the requests made, and a switch that makes every request fail.
 #[derive(Default)]
@@ -198,10 +199,7 @@ fn a_local_miss_is_served_by_the_remote_and_the_blob_is_kept_verified() -> io::R
     assert_eq!(blob_of(&b, &entry)?, b"built on A");
     // Now it is a local entry: `why` and later runs read it without the remote.
     assert!(b.get(&entry.key).is_some());
-    assert_eq!(
-        b.pointer("node").map(|p| p.latest_key),
-        Some(entry.key.clone())
-    );
+    assert_eq!(b.pointer("node").map(|p| p.latest_key), Some(entry.key));
     let stats = tier_b.finish();
     assert_eq!(
         (stats.hits, stats.rejected_blobs, stats.went_down),
@@ -217,10 +215,9 @@ fn a_blob_whose_bytes_do_not_match_its_hash_is_discarded_and_reported() -> io::R
     let dir = tempfile::tempdir()?;
     let store = Arc::new(MemoryStore::default());
     let (entry, _) = built_on_a(&store, dir.path())?;
-    let hash = entry.outputs["out"].hash.clone();
-    store.edit(&format!("blobs/{}/{hash}", &hash[..2]), |bytes| {
-        bytes[0] ^= 1
-    });
+    let hash = entry.outputs["out"].hash;
+    let hex = hash.to_string();
+    store.edit(&format!("blobs/{}/{hex}", &hex[..2]), |bytes| bytes[0] ^= 1);
 
     let (tier_b, warnings) = tier(&store, RemoteMode::ReadWrite, UploadPolicy::default());
     let b = Cache::open(&dir.path().join("b"))?.with_remote(Arc::clone(&tier_b));
@@ -286,7 +283,7 @@ fn a_failing_store_warns_once_and_is_not_asked_again() -> io::Result<()> {
     }
     let (tier_b, warnings) = tier(&store, RemoteMode::ReadWrite, UploadPolicy::default());
     let b = Cache::open(&dir.path().join("b"))?.with_remote(Arc::clone(&tier_b));
-    let keys: Vec<String> = (0..5).map(|i| format!("{i:0>64}")).collect();
+    let keys: Vec<Digest> = (0..5u8).map(|i| Digest::of(&[i])).collect();
     for key in &keys {
         assert!(b.lookup_remote(key, true).is_none());
     }
@@ -344,7 +341,7 @@ fn read_mode_and_the_upload_policy_keep_entries_home() -> io::Result<()> {
         .filter(|p| p.starts_with("entries/"))
         .collect();
     assert_eq!(entries.len(), 1);
-    assert!(entries[0].contains(&small.key), "{entries:?}");
+    assert!(entries[0].contains(&*small.key.to_hex()), "{entries:?}");
     Ok(())
 }
 

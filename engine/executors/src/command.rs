@@ -840,7 +840,7 @@ mod tests {
             cancel: &cancel,
             attempt: 0,
             run: &identity,
-            key: "",
+            key: &fracflow_record::Digest::from_bytes([0; 32]),
         };
         (CommandKind.execute(&job), dir)
     }

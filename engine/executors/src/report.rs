@@ -146,7 +146,7 @@ pub fn write_run_report(
             continue;
         }
         let dir = node_dir(id);
-        if let Some(entry) = record.key.as_deref().and_then(|key| cache.get(key)) {
+        if let Some(entry) = record.key.as_ref().and_then(|key| cache.get(key)) {
             for (tool, version) in entry.fingerprint.tools {
                 tools.entry(tool).or_insert(version);
             }

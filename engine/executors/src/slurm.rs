@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, RunIdentity};
+use fracflow_record::Digest;
 use serde::{Deserialize, Serialize};
 
 /// The hidden verb a Slurm job runs.
@@ -77,7 +78,7 @@ fn default_poll() -> f64 {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct NodeRequest {
     pub spec: NodeSpec,
-    pub key: String,
+    pub key: Digest,
     pub root: PathBuf,
     pub inputs: BTreeMap<String, PathBuf>,
     pub attempt: u32,
@@ -151,7 +152,7 @@ impl Executor for SlurmKind {
 
     fn execute(&self, job: &Job<'_>) -> Result<Outcome, NodeError> {
         let spec = job.spec;
-        let dir = job_dir(job).map_err(|e| failed(spec, e))?;
+        let dir = job_dir(job);
         fs::create_dir_all(&dir).map_err(|e| failed(spec, format!("{}: {e}", dir.display())))?;
         let mut log = NodeLog::open(job.log).map_err(|e| failed(spec, e))?;
         let id = match read_trimmed(&dir.join(JOB_FILE)) {
@@ -183,7 +184,7 @@ impl SlurmKind {
         let _ = fs::remove_dir_all(dir.join(OUT_DIR));
         let request = NodeRequest {
             spec: spec.clone(),
-            key: job.key.to_owned(),
+            key: *job.key,
             root: job.root.to_owned(),
             inputs: job.inputs.clone(),
             attempt: job.attempt,
@@ -480,14 +481,8 @@ fn query(program: &str, args: &[String]) -> Result<(i32, String), String> {
 
 /// `<root>/.fracflow/slurm/<the node's key>`: the same after a restart (a new run, whose dependencies' output
 /// directories are elsewhere), and the same for any engine doing this work.
-fn job_dir(job: &Job<'_>) -> Result<PathBuf, String> {
-    if job.key.is_empty() || !job.key.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "node `{}` has no key to name its Slurm job by",
-            job.spec.id
-        ));
-    }
-    Ok(job.root.join(".fracflow/slurm").join(job.key))
+fn job_dir(job: &Job<'_>) -> PathBuf {
+    job.root.join(".fracflow/slurm").join(&*job.key.to_hex())
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {
@@ -672,6 +667,7 @@ mod tests {
         let inputs = BTreeMap::new();
         let cancel = fracflow_core::Cancel::new();
         let run = RunIdentity::default();
+        let key = Digest::of(b"abc123");
         let job = Job {
             spec: &spec,
             root: dir.path(),
@@ -681,7 +677,7 @@ mod tests {
             cancel: &cancel,
             attempt: 0,
             run: &run,
-            key: "abc123",
+            key: &key,
         };
         kind.execute(&job).map_err(|e| e.message)?;
         assert_eq!(
@@ -696,7 +692,10 @@ mod tests {
         assert!(log.contains("Slurm job 77: COMPLETED"), "{log}");
         assert!(POLLS.load(Ordering::SeqCst) >= 5);
         assert!(
-            !dir.path().join(".fracflow/slurm/abc123").exists(),
+            !dir.path()
+                .join(".fracflow/slurm")
+                .join(key.to_string())
+                .exists(),
             "the job's directory is gone"
         );
         Ok(())

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Digest;
+
 /// An engine event, streamed to `events.jsonl` and to `--json` output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -22,17 +24,17 @@ pub enum EventKind {
     },
     NodeCached {
         node: String,
-        key: String,
+        key: Digest,
     },
     NodeStarted {
         node: String,
-        key: String,
+        key: Digest,
         attempt: u32,
     },
     /// Another engine on the same cache is building this node's key; this run waits for its result.
     NodeWaiting {
         node: String,
-        key: String,
+        key: Digest,
         /// The holder as its lock file names it; absent when the file could not be read.
         holder_pid: Option<u32>,
         holder_host: Option<String>,
@@ -45,9 +47,9 @@ pub enum EventKind {
     },
     NodeFinished {
         node: String,
-        key: String,
+        key: Digest,
         seconds: f64,
-        output_hash: String,
+        output_hash: Digest,
     },
     NodeFailed {
         node: String,

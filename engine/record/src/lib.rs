@@ -5,6 +5,7 @@
 
 pub mod atomic;
 pub mod by_thread;
+pub mod digest;
 pub mod event;
 pub mod manifest;
 pub mod measure;
@@ -21,6 +22,7 @@ pub use atomic::{
     unique_suffix,
 };
 pub use by_thread::SAMPLES_BY_THREAD_FILE;
+pub use digest::Digest;
 pub use event::{Event, EventKind};
 pub use manifest::{NodeRecord, NodeStatus, RunManifest, RunStatus};
 pub use measure::{

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::SortedMap;
+use crate::{Digest, SortedMap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,14 +36,14 @@ pub struct NodeRecord {
     pub status: NodeStatus,
     /// The node's cache key, once its dependencies are known.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
+    pub key: Option<Digest>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
     /// Output file name → blob hash.
     #[serde(default, skip_serializing_if = "SortedMap::is_empty")]
-    pub outputs: SortedMap<String>,
+    pub outputs: SortedMap<Digest>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

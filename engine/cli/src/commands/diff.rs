@@ -510,9 +510,9 @@ fn keys(project: &Project, a: &RunInfo, b: &RunInfo) -> Keys {
             differ.push((id, rb.kind.as_str()));
             let entries = ra
                 .key
-                .as_deref()
+                .as_ref()
                 .and_then(|k| project.cache.get(k))
-                .zip(rb.key.as_deref().and_then(|k| project.cache.get(k)));
+                .zip(rb.key.as_ref().and_then(|k| project.cache.get(k)));
             match entries {
                 Some((ea, eb)) => {
                     for field in ea.fingerprint.diff(&eb.fingerprint) {
@@ -527,7 +527,11 @@ fn keys(project: &Project, a: &RunInfo, b: &RunInfo) -> Keys {
                         "(a cache entry is gone: fields unknown)".to_owned(),
                     ))
                     .or_default()
-                    .push((id.as_str(), ra.key.clone(), rb.key.clone())),
+                    .push((
+                        id.as_str(),
+                        ra.key.map(|k| k.to_string()),
+                        rb.key.map(|k| k.to_string()),
+                    )),
             }
         } else if ra.outputs != rb.outputs && !ra.outputs.is_empty() && !rb.outputs.is_empty() {
             outputs_differ.push((id, rb.kind.as_str()));

@@ -191,7 +191,7 @@ fn figures_of(project: &Project, info: &RunInfo) -> Result<Vec<FigureRecord>> {
         }
         let entry = record
             .key
-            .as_deref()
+            .as_ref()
             .and_then(|key| project.cache.get(key))
             .ok_or_else(|| {
                 Error::bad_input_with_hint(

@@ -56,7 +56,7 @@ pub fn run(project: &Project, args: &WhyArgs) -> Result<Exit> {
             return Ok(Exit::Ok);
         }
         match answer {
-            Why::UpToDate { key } => println!("{node}: up to date (key {})", &key[..16]),
+            Why::UpToDate { key } => println!("{node}: up to date (key {})", &key.to_hex()[..16]),
             Why::NeverBuilt => println!("{node}: never built: no cached entry for this node"),
             Why::UpstreamPending { upstream } => {
                 println!(
@@ -72,8 +72,8 @@ pub fn run(project: &Project, args: &WhyArgs) -> Result<Exit> {
             } => {
                 println!(
                     "{node}: key {} -> {}; changed since the newest cached entry:",
-                    &old_key[..16],
-                    &new_key[..16]
+                    &old_key.to_hex()[..16],
+                    &new_key.to_hex()[..16]
                 );
                 for change in changes {
                     println!(

@@ -29,7 +29,7 @@ pub(super) struct Launch<'g> {
     pub index: NodeIndex,
     pub spec: &'g NodeSpec,
     pub fingerprint: Fingerprint,
-    pub key: String,
+    pub key: fracflow_record::Digest,
     /// Dependency id → the run directory's view of its outputs.
     pub inputs: BTreeMap<String, PathBuf>,
     pub log: PathBuf,

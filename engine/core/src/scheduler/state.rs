@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::graph::NodeIndex;
 
-use fracflow_record::{EventKind, NodeStatus, RunStatus};
+use fracflow_record::{Digest, EventKind, NodeStatus, RunStatus};
 
 use crate::cache::Hit;
 use crate::decide::{self, AskRemote, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
@@ -73,7 +73,7 @@ enum State {
 #[derive(Debug)]
 struct Queued {
     fingerprint: Fingerprint,
-    key: String,
+    key: Digest,
     /// Cacheable nodes take the key's lock before they run and look in the cache again under it; effects are
     /// never taken from the cache, so another engine's result would not replace them.
     cacheable: bool,
@@ -113,9 +113,9 @@ struct Blocked {
 #[derive(Debug)]
 enum Known {
     /// A lazy effect's key, known before it runs.
-    Effect(String),
+    Effect(Digest),
     /// The hash of a node's outputs.
-    Output(String),
+    Output(Digest),
 }
 
 /// The core budget and the exclusive resources of running nodes.
@@ -345,8 +345,8 @@ impl<'a> Run<'a> {
         );
         if keyed.lazy {
             // Its dependents key on its key, so they can be keyed now; whether it runs depends on theirs.
-            self.run_dir.record_mut(&spec.id, &spec.kind).key = Some(keyed.key.clone());
-            self.known.insert(index, Known::Effect(keyed.key.clone()));
+            self.run_dir.record_mut(&spec.id, &spec.kind).key = Some(keyed.key);
+            self.known.insert(index, Known::Effect(keyed.key));
         }
         let lazy = keyed.lazy;
         let forced = matches!(need, Need::Forced);
@@ -463,7 +463,7 @@ impl<'a> Run<'a> {
         let Some(State::Queued(queued)) = self.states.get_mut(&index) else {
             return Ok(KeyLockStep::Unlocked);
         };
-        match keylock::try_acquire(&self.locks, &queued.key, &spec.id) {
+        match keylock::try_acquire(&self.locks, &queued.key.to_hex(), &spec.id) {
             Ok(Attempt::Acquired(lock)) => {
                 queued.blocked = None;
                 Ok(KeyLockStep::Locked(lock))
@@ -527,12 +527,12 @@ impl<'a> Run<'a> {
         self.slots.take(spec);
         let record = self.run_dir.record_mut(&spec.id, &spec.kind);
         record.status = NodeStatus::Running;
-        record.key = Some(queued.key.clone());
+        record.key = Some(queued.key);
         record.started = Some(now_rfc3339());
         record.log = Some(format!("logs/{}.log", crate::run::node_dir_name(&spec.id)));
         self.emit(EventKind::NodeStarted {
             node: spec.id.clone(),
-            key: queued.key.clone(),
+            key: queued.key,
             attempt: 0,
         })?;
         let mut inputs = std::collections::BTreeMap::new();
@@ -605,7 +605,7 @@ impl<'a> Run<'a> {
             self.effect_finished(index);
         } else {
             self.known
-                .insert(index, Known::Output(staged.entry.output_hash.clone()));
+                .insert(index, Known::Output(staged.entry.output_hash));
             self.contribution_known(index);
         }
         self.committing += 1;
@@ -680,8 +680,7 @@ impl<'a> Run<'a> {
     /// Completes a node with an entry found in the cache: linked into the run directory, never executed.
     fn use_cached(&mut self, index: NodeIndex, entry: Hit) -> io::Result<()> {
         let spec = self.graph.spec(index);
-        let (key, output_hash, seconds) =
-            (entry.key.clone(), entry.output_hash.clone(), entry.seconds);
+        let (key, output_hash, seconds) = (entry.key, entry.output_hash, entry.seconds);
         let record = self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
         record.status = NodeStatus::Cached;
         record.seconds = Some(seconds);
@@ -863,7 +862,7 @@ enum KeyLockStep {
 }
 
 /// The event that says a node waits for another engine, with the holder's start in this machine's time.
-fn waiting_event(node: &str, key: &str, holder: Option<Holder>) -> EventKind {
+fn waiting_event(node: &str, key: &Digest, holder: Option<Holder>) -> EventKind {
     let since = |text: &str| {
         chrono::DateTime::parse_from_rfc3339(text).map_or_else(
             |_| text.to_owned(),
@@ -875,7 +874,7 @@ fn waiting_event(node: &str, key: &str, holder: Option<Holder>) -> EventKind {
     };
     EventKind::NodeWaiting {
         node: node.to_owned(),
-        key: key.to_owned(),
+        key: *key,
         holder_pid: holder.as_ref().map(|h| h.pid),
         holder_since: holder.as_ref().map(|h| since(&h.since)),
         holder_host: holder.map(|h| h.host),

@@ -27,7 +27,7 @@ use fracflow_core::{
     Observer, Origin, Outcome, RunDir, RunOptions, StatCache,
 };
 use fracflow_record::{
-    AppendFile, EventKind, FileOps, Files, NodeStatus, RealFiles, RunManifest, RunStatus,
+    AppendFile, Digest, EventKind, FileOps, Files, NodeStatus, RealFiles, RunManifest, RunStatus,
 };
 
 use recorder::Recorder;
@@ -140,14 +140,14 @@ impl Observer for Quiet {
 /// Notes, for each node the run reports finished, how many operations had been recorded by then.
 struct Reported {
     recorder: Recorder,
-    finished: Vec<(usize, String)>,
+    finished: Vec<(usize, Digest)>,
 }
 
 impl Observer for Reported {
     fn event(&mut self, event: &EventKind) {
         if let EventKind::NodeFinished { key, .. } = event {
             let done = self.recorder.log().ops.len();
-            self.finished.push((done, key.clone()));
+            self.finished.push((done, *key));
         }
     }
 }
@@ -322,7 +322,7 @@ fn workload(top: &Path, files: &Files, reported: &mut Reported) -> BTreeMap<Stri
         files.remove_dir_all(&staged).expect("staging removed");
     }
     // The extra entries are in no run: gc removes them and their blobs.
-    let keep: HashSet<String> = first.nodes.values().filter_map(|r| r.key.clone()).collect();
+    let keep: HashSet<Digest> = first.nodes.values().filter_map(|r| r.key).collect();
     let report = cache.gc(&keep, Duration::ZERO).expect("gc");
     assert_eq!(report.entries_removed, 4, "{report:?}");
     let (status, second, executed) = run(top, files, &graph(40), reported);
@@ -351,7 +351,7 @@ fn outputs(run_dir: &Path, manifest: &RunManifest) -> Result<BTreeMap<String, Ve
 }
 
 /// Every entry key the cache under `cache` holds.
-fn entry_keys(cache: &Path) -> BTreeSet<String> {
+fn entry_keys(cache: &Path) -> BTreeSet<Digest> {
     let mut keys = BTreeSet::new();
     for shard in std::fs::read_dir(cache.join("entries"))
         .into_iter()
@@ -364,8 +364,8 @@ fn entry_keys(cache: &Path) -> BTreeSet<String> {
             .flatten()
         {
             let name = file.file_name().to_string_lossy().into_owned();
-            if let Some(key) = name.strip_suffix(".json") {
-                keys.insert(key.to_owned());
+            if let Some(key) = name.strip_suffix(".json").and_then(|k| k.parse().ok()) {
+                keys.insert(key);
             }
         }
     }
@@ -430,7 +430,7 @@ fn run_dir_problems(results: &Path) -> Vec<String> {
 fn check(
     top: &Path,
     expected: &BTreeMap<String, Vec<u8>>,
-    reported: &[&String],
+    reported: &[&Digest],
     resume: bool,
 ) -> Vec<String> {
     let mut problems = Vec::new();
@@ -529,7 +529,7 @@ fn every_state_power_loss_can_leave_is_consistent_and_resumes() {
             let everything = ["cache/entries", "cache/blobs", "cache/tmp", "results"];
             // Nodes reported finished by now: their entries must be there. A state met again after more
             // reports is checked again, against them all.
-            let finished: Vec<&String> = reported
+            let finished: Vec<&Digest> = reported
                 .finished
                 .iter()
                 .filter(|(at, _)| *at <= point)
