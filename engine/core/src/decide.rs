@@ -33,7 +33,7 @@ pub(crate) struct Keyed {
     pub key: Digest,
     /// The parts of its fingerprint that are not in its spec or its kind's facts.
     inputs: BTreeMap<String, String>,
-    upstream: BTreeMap<String, String>,
+    upstream: BTreeMap<String, Digest>,
     placement: Vec<String>,
     uses_testbed: bool,
 }
@@ -101,11 +101,11 @@ pub(crate) fn key<'c>(
         let id = &graph.spec(dependency).id;
         match contribution(dependency) {
             Contribution::Effect(key) => {
-                upstream.insert(id.clone(), key.to_string());
+                upstream.insert(id.clone(), *key);
             }
             Contribution::Output(_) if lazy => {}
             Contribution::Output(hash) => {
-                upstream.insert(id.clone(), hash.to_string());
+                upstream.insert(id.clone(), *hash);
             }
             Contribution::Unknown if lazy => {}
             Contribution::Unknown => pending.push(id.clone()),

@@ -26,7 +26,7 @@ pub struct Fingerprint {
     /// Input file (relative to the project root) → blake3 of its content.
     pub inputs: BTreeMap<String, String>,
     /// Dependency id → hash of its outputs (not its key: equal outputs cut rebuilds off early).
-    pub upstream: BTreeMap<String, String>,
+    pub upstream: BTreeMap<String, Digest>,
     /// Tool name → version string (compiler, Vivado, …).
     pub tools: BTreeMap<String, String>,
     /// Testbed fields that change results.
@@ -57,16 +57,24 @@ pub struct FingerprintRef<'a> {
     pub point: &'a Settings,
     pub outputs: &'a [String],
     pub inputs: &'a BTreeMap<String, String>,
-    pub upstream: &'a BTreeMap<String, String>,
+    pub upstream: &'a BTreeMap<String, Digest>,
     pub tools: &'a BTreeMap<String, String>,
     pub testbed: &'a BTreeMap<String, serde_json::Value>,
     pub placement: &'a [String],
 }
 
 impl FingerprintRef<'_> {
-    /// The cache key: blake3 of the canonical JSON form.
+    /// The cache key: blake3 of the canonical JSON form, hashed as it is written (see [`CanonicalJson`]).
     pub fn key(&self) -> Digest {
-        Digest::of(self.canonical_json().as_bytes())
+        let mut out = CanonicalJson {
+            text: String::with_capacity(256),
+            hasher: Some(blake3::Hasher::new()),
+        };
+        self.write(&mut out);
+        match out.hasher {
+            Some(mut hasher) => hasher.update(out.text.as_bytes()).finalize().into(),
+            None => Digest::of(out.text.as_bytes()),
+        }
     }
 
     pub fn to_fingerprint(&self) -> Fingerprint {
@@ -85,14 +93,24 @@ impl FingerprintRef<'_> {
         }
     }
 
-    /// The canonical JSON form: the fields in declaration order, maps sorted by key, no spaces — the bytes
-    /// `serde_json` writes for [`Fingerprint`], so keys did not change when this replaced it. Written by hand
-    /// because a serialiser returns a `Result`, and a key made of whatever a failure left behind (empty
+    /// The canonical JSON form whole, which [`FingerprintRef::key`] hashes.
+    #[cfg(test)]
+    fn canonical_json(&self) -> String {
+        let mut out = CanonicalJson {
+            text: String::with_capacity(256),
+            hasher: None,
+        };
+        self.write(&mut out);
+        out.text
+    }
+
+    /// Writes the canonical JSON form: the fields in declaration order, maps sorted by key, no spaces — the
+    /// bytes `serde_json` writes for [`Fingerprint`], so keys did not change when this replaced it. Written by
+    /// hand because a serialiser returns a `Result`, and a key made of whatever a failure left behind (empty
     /// bytes) would give unrelated nodes one key; every piece here is a string, a number or a JSON value,
     /// whose text cannot fail to be written. Into one buffer: every node of a run is keyed, and building a
     /// string per field and per map entry made keying most of a no-op's work.
-    fn canonical_json(&self) -> String {
-        let mut out = CanonicalJson(String::with_capacity(256));
+    fn write(&self, out: &mut CanonicalJson) {
         out.raw("{\"version\":");
         out.display(self.version);
         out.raw(",\"kind\":");
@@ -108,7 +126,12 @@ impl FingerprintRef<'_> {
         out.raw(",\"inputs\":");
         out.object(self.inputs, |out, text| out.string(text));
         out.raw(",\"upstream\":");
-        out.object(self.upstream, |out, text| out.string(text));
+        // Hex digits need no escaping.
+        out.object(self.upstream, |out, hash| {
+            out.raw("\"");
+            out.raw(&hash.to_hex());
+            out.raw("\"");
+        });
         out.raw(",\"tools\":");
         out.object(self.tools, |out, text| out.string(text));
         out.raw(",\"testbed\":");
@@ -116,7 +139,6 @@ impl FingerprintRef<'_> {
         out.raw(",\"placement\":");
         out.array(self.placement);
         out.raw("}");
-        out.0
     }
 }
 
@@ -176,19 +198,27 @@ impl Fingerprint {
     }
 }
 
-/// The canonical JSON text being written.
-struct CanonicalJson(String);
+/// The canonical JSON text being written. When it is being hashed, text past [`SPILL_BYTES`] goes to the hasher
+/// between map entries: a node over a 100 000-point sweep has as many upstream entries, and its whole text (8 MB)
+/// was held at once, at the moment a run holds the most.
+struct CanonicalJson {
+    text: String,
+    hasher: Option<blake3::Hasher>,
+}
+
+/// How much text a hashed [`CanonicalJson`] holds before handing it to the hasher.
+const SPILL_BYTES: usize = 64 << 10;
 
 impl CanonicalJson {
     fn raw(&mut self, text: &str) {
-        self.0.push_str(text);
+        self.text.push_str(text);
     }
 
     /// A number, or a JSON value by its `Display` (serde_json's compact form, the bytes its serialiser writes).
     fn display(&mut self, value: impl std::fmt::Display) {
         use std::fmt::Write;
         // Writing into a `String` cannot fail, and neither can a JSON value's text (its map keys are strings).
-        let _ = write!(self.0, "{value}");
+        let _ = write!(self.text, "{value}");
     }
 
     /// A JSON value: a string or a whole number written here, anything else by its `Display`. Every node's
@@ -198,8 +228,8 @@ impl CanonicalJson {
         match value {
             serde_json::Value::String(text) => self.string(text),
             serde_json::Value::Number(number) => match (number.as_u64(), number.as_i64()) {
-                (Some(whole), _) => self.0.push_str(itoa::Buffer::new().format(whole)),
-                (None, Some(whole)) => self.0.push_str(itoa::Buffer::new().format(whole)),
+                (Some(whole), _) => self.text.push_str(itoa::Buffer::new().format(whole)),
+                (None, Some(whole)) => self.text.push_str(itoa::Buffer::new().format(whole)),
                 (None, None) => self.display(number),
             },
             other => self.display(other),
@@ -209,34 +239,34 @@ impl CanonicalJson {
     /// A JSON string, escaped as serde_json escapes: `"`, `\\` and the control characters below U+0020, the
     /// common ones by their short forms, the rest as `\u00XX` in lower-case hex; everything else as is.
     fn string(&mut self, text: &str) {
-        self.0.push('"');
+        self.text.push('"');
         let mut rest = text;
         // Bytes, not chars: everything escaped is ASCII, and no byte of a multi-byte character is below 0x80.
         while let Some(at) = rest
             .bytes()
             .position(|b| b < b' ' || b == b'"' || b == b'\\')
         {
-            self.0.push_str(&rest[..at]);
+            self.text.push_str(&rest[..at]);
             let byte = rest.as_bytes()[at];
             match byte {
-                b'"' => self.0.push_str("\\\""),
-                b'\\' => self.0.push_str("\\\\"),
-                b'\n' => self.0.push_str("\\n"),
-                b'\r' => self.0.push_str("\\r"),
-                b'\t' => self.0.push_str("\\t"),
-                0x08 => self.0.push_str("\\b"),
-                0x0c => self.0.push_str("\\f"),
+                b'"' => self.text.push_str("\\\""),
+                b'\\' => self.text.push_str("\\\\"),
+                b'\n' => self.text.push_str("\\n"),
+                b'\r' => self.text.push_str("\\r"),
+                b'\t' => self.text.push_str("\\t"),
+                0x08 => self.text.push_str("\\b"),
+                0x0c => self.text.push_str("\\f"),
                 control => {
                     const HEX: &[u8; 16] = b"0123456789abcdef";
-                    self.0.push_str("\\u00");
-                    self.0.push(char::from(HEX[usize::from(control >> 4)]));
-                    self.0.push(char::from(HEX[usize::from(control & 0xf)]));
+                    self.text.push_str("\\u00");
+                    self.text.push(char::from(HEX[usize::from(control >> 4)]));
+                    self.text.push(char::from(HEX[usize::from(control & 0xf)]));
                 }
             }
             rest = &rest[at + 1..];
         }
-        self.0.push_str(rest);
-        self.0.push('"');
+        self.text.push_str(rest);
+        self.text.push('"');
     }
 
     /// `entries` sorted by key, as both map types of [`Fingerprint`] iterate.
@@ -245,27 +275,33 @@ impl CanonicalJson {
         entries: impl IntoIterator<Item = (&'a String, &'a V)>,
         value: impl Fn(&mut Self, &V),
     ) {
-        self.0.push('{');
+        self.text.push('{');
         for (position, (key, inner)) in entries.into_iter().enumerate() {
             if position > 0 {
-                self.0.push(',');
+                self.text.push(',');
             }
             self.string(key);
-            self.0.push(':');
+            self.text.push(':');
             value(self, inner);
+            if self.text.len() >= SPILL_BYTES
+                && let Some(hasher) = &mut self.hasher
+            {
+                hasher.update(self.text.as_bytes());
+                self.text.clear();
+            }
         }
-        self.0.push('}');
+        self.text.push('}');
     }
 
     fn array(&mut self, items: &[String]) {
-        self.0.push('[');
+        self.text.push('[');
         for (position, item) in items.iter().enumerate() {
             if position > 0 {
-                self.0.push(',');
+                self.text.push(',');
             }
             self.string(item);
         }
-        self.0.push(']');
+        self.text.push(']');
     }
 }
 
@@ -291,7 +327,14 @@ fn flatten(fingerprint: &Fingerprint) -> BTreeMap<String, String> {
         ("point", object(&fingerprint.point)),
         ("outputs", Value::from(fingerprint.outputs.clone())),
         ("inputs", object(&fingerprint.inputs)),
-        ("upstream", object(&fingerprint.upstream)),
+        (
+            "upstream",
+            Value::Object(
+                (fingerprint.upstream.iter())
+                    .map(|(id, hash)| (id.clone(), Value::from(hash.to_string())))
+                    .collect(),
+            ),
+        ),
         ("tools", object(&fingerprint.tools)),
         ("testbed", object(&fingerprint.testbed)),
         ("placement", Value::from(fingerprint.placement.clone())),
@@ -373,7 +416,9 @@ mod tests {
         fingerprint
             .point
             .insert("zero".into(), serde_json::json!(0));
-        fingerprint.upstream.insert("dep\\x".into(), "ff".into());
+        fingerprint
+            .upstream
+            .insert("dep\\x".into(), Digest::of(b"ff"));
         fingerprint.tools.insert("g++".into(), "13.2".into());
         fingerprint
             .testbed
@@ -401,6 +446,23 @@ mod tests {
             flatten_into(&mut through_serde, String::new(), &value, 0);
             assert_eq!(flatten(&fingerprint), through_serde);
         }
+    }
+
+    /// A fingerprint whose text passes the hasher's spill point several times (a node over a large sweep) hashes
+    /// to the same key as its whole text: nothing is lost or hashed twice between spills.
+    #[test]
+    fn a_key_hashed_in_pieces_is_the_key_of_the_whole_text() {
+        let mut fingerprint = sample();
+        fingerprint.upstream = (0..5_000u32)
+            .map(|i| (format!("p[a={i}]"), Digest::of(&i.to_le_bytes())))
+            .collect();
+        let text = fingerprint.canonical_json();
+        assert!(text.len() > 4 * SPILL_BYTES, "{} bytes", text.len());
+        assert_eq!(fingerprint.key(), Digest::of(text.as_bytes()));
+        assert_eq!(
+            text,
+            serde_json::to_string(&fingerprint).expect("serialisable")
+        );
     }
 
     #[test]
