@@ -71,7 +71,10 @@ struct Record {
 /// A key's place in the index as this process holds it.
 #[derive(Debug)]
 enum Slot {
-    Held(Record),
+    /// Boxed: the table has a slot for every key of the index, and a served record leaves only its identity
+    /// there; inline, each slot kept a whole record's room after the record moved out (30 of the 220 MB of a
+    /// 100 000-node no-op's peak heap).
+    Held(Box<Record>),
     /// Its record was handed to a run (moved, not copied: a no-op takes every record once) and is still the
     /// one in the file, whose copy `save` writes back.
     Served(EntryIdentity),
@@ -148,10 +151,10 @@ impl HitIndex {
             };
             state.records.insert(
                 key,
-                Slot::Held(Record {
+                Slot::Held(Box::new(Record {
                     entry: identity,
                     hit,
-                }),
+                })),
             );
             if fresh {
                 state.changed.insert(key, true);
@@ -238,7 +241,7 @@ fn read_records(path: &Path) -> HashMap<Digest, Slot> {
     let mut records = HashMap::with_capacity(body.len() / 140);
     let mut values = rmp_serde::Deserializer::from_read_ref(body);
     while let Ok(record) = Record::deserialize(&mut values) {
-        records.insert(record.hit.key, Slot::Held(record));
+        records.insert(record.hit.key, Slot::Held(Box::new(record)));
     }
     records
 }

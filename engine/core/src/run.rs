@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fracflow_record::{
-    AppendFile, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Publish,
+    AppendFile, Digest, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Publish,
     RunManifest, RunStatus,
 };
 
@@ -130,14 +130,15 @@ pub struct RunDir {
     events: Box<dyn AppendFile>,
     /// Cache-hit events not appended yet, kept unwritten: a repeat journals one line for all of them (see
     /// [`RunDir::event`]).
-    pending_hits: Vec<Event>,
+    pending_hits: Vec<PendingHit>,
     last_manifest_write: Instant,
     /// How long after `last_manifest_write` the next checkpoint may be made at the earliest, from what the last
     /// one cost (see [`CHECKPOINT_COST_FACTOR`]).
     checkpoint_spacing: Duration,
-    /// Cache hits whose views are not linked yet: made when a dependent that runs needs them, or when the run
-    /// ends (see [`RunDir::finish`]), so a no-op does not write a directory per node.
-    deferred: HashMap<String, Hit>,
+    /// Cache hits whose views are not linked yet, with the blob of each one's log (the rest of what the views
+    /// show is in its record): made when a dependent that runs needs them, or when the run ends (see
+    /// [`RunDir::finish`]), so a no-op does not write a directory per node.
+    deferred: HashMap<String, Option<Digest>>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
 }
@@ -281,8 +282,12 @@ impl RunDir {
             at_ms: now_ms(),
             kind,
         };
-        if matches!(event.kind, EventKind::NodeCached { .. }) {
-            self.pending_hits.push(event);
+        if let EventKind::NodeCached { node, key } = event.kind {
+            self.pending_hits.push(PendingHit {
+                at_ms: event.at_ms,
+                node: node.into_boxed_str(),
+                key,
+            });
             return Ok(());
         }
         let mut lines = Vec::new();
@@ -298,7 +303,7 @@ impl RunDir {
             push_line(&mut lines, &repeated)?;
         }
         for hit in std::mem::take(&mut self.pending_hits) {
-            push_line(&mut lines, &hit)?;
+            push_line(&mut lines, &hit.event())?;
         }
         push_line(&mut lines, &event)?;
         self.events.append(&lines)
@@ -310,7 +315,7 @@ impl RunDir {
         }
         let mut lines = Vec::new();
         for hit in std::mem::take(&mut self.pending_hits) {
-            push_line(&mut lines, &hit)?;
+            push_line(&mut lines, &hit.event())?;
         }
         self.events.append(&lines)
     }
@@ -318,7 +323,7 @@ impl RunDir {
     /// Records a node that ran and links its views to the staged files of its outputs, which the commit then
     /// names in the cache (the same files: a view made now stays the output after the commit).
     pub fn publish_staged(&mut self, node: &str, kind: &str, staged: &Staged) -> io::Result<()> {
-        record_hit(&mut self.manifest.nodes, node, kind, &staged.entry.hit());
+        record_hit(&mut self.manifest.nodes, node, kind, staged.entry.hit());
         let out = self.outputs_dir(node);
         for (name, file) in &staged.files {
             self.link_or_copy(file, &out.join(name))?;
@@ -330,18 +335,15 @@ impl RunDir {
     /// identical work share one key, and the second is served the first one's entry), returning its record;
     /// its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
     pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) -> &mut NodeRecord {
-        let hit = self
-            .deferred
-            .entry(node.to_owned())
-            .insert_entry(hit)
-            .into_mut();
+        self.deferred
+            .insert(node.to_owned(), hit.log.as_ref().map(|log| log.hash));
         record_hit(&mut self.manifest.nodes, node, kind, hit)
     }
 
     /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
     pub fn materialize(&mut self, cache: &Cache, node: &str) -> io::Result<()> {
         match self.deferred.remove(node) {
-            Some(hit) => self.link_views(cache, node, &hit),
+            Some(log) => self.link_views(cache, node, log.as_ref()),
             None => Ok(()),
         }
     }
@@ -375,15 +377,18 @@ impl RunDir {
             .or_else(|_| self.files.copy_new(from, to).map(|_| ()))
     }
 
-    fn link_views(&self, cache: &Cache, node: &str, entry: &Hit) -> io::Result<()> {
+    /// Links the views of hit `node`: the outputs its record names, and its log's blob.
+    fn link_views(&self, cache: &Cache, node: &str, log: Option<&Digest>) -> io::Result<()> {
         let out = self.outputs_dir(node);
-        for (name, blob) in &entry.outputs {
-            self.link_or_copy(&cache.blob_path(&blob.hash), &out.join(name))?;
+        if let Some(record) = self.manifest.nodes.get(node) {
+            for (name, hash) in &record.outputs {
+                self.link_or_copy(&cache.blob_path(hash), &out.join(name))?;
+            }
         }
-        if let Some(log) = &entry.log {
+        if let Some(log) = log {
             let target = self.dir.join(format!("logs/{}.log", node_dir_name(node)));
             if !target.exists() {
-                self.link_or_copy(&cache.blob_path(&log.hash), &target)?;
+                self.link_or_copy(&cache.blob_path(log), &target)?;
             }
         }
         Ok(())
@@ -406,8 +411,8 @@ impl RunDir {
             self.deferred.clear();
             return Ok(());
         }
-        for (node, hit) in std::mem::take(&mut self.deferred) {
-            self.link_views(cache, &node, &hit)?;
+        for (node, log) in std::mem::take(&mut self.deferred) {
+            self.link_views(cache, &node, log.as_ref())?;
         }
         Ok(())
     }
@@ -417,7 +422,11 @@ impl RunDir {
     /// run whose digest equals another's can be read as that run, each node cached. Hashed as one buffer:
     /// thousands of small hasher updates cost a tenth of a no-op.
     fn views_digest(&self, graph: &Graph) -> io::Result<String> {
-        let mut text = Vec::with_capacity(self.manifest.nodes.len() * 192);
+        // Hashed 64 KiB at a time: this runs at the end of a run, when it holds the most, and the whole text of a
+        // 100 000-node run was 19 MB of it.
+        const CHUNK: usize = 64 << 10;
+        let mut hasher = blake3::Hasher::new();
+        let mut text = Vec::with_capacity(CHUNK + 4096);
         fn field(text: &mut Vec<u8>, bytes: &[u8]) {
             text.extend_from_slice(bytes);
             text.push(0);
@@ -439,6 +448,10 @@ impl RunDir {
                 serde_json::to_writer(&mut text, &record.metrics).map_err(io::Error::other)?;
             }
             text.push(1);
+            if text.len() >= CHUNK {
+                hasher.update(&text);
+                text.clear();
+            }
         }
         // Then every node of the pipeline with its params. A keyed node's params (its point and config) are part
         // of its key, whose fingerprint holds both whole, so its id says enough; a node without a key here
@@ -458,8 +471,12 @@ impl RunDir {
                 serde_json::to_writer(&mut text, &params_value(spec)).map_err(io::Error::other)?;
             }
             text.push(2);
+            if text.len() >= CHUNK {
+                hasher.update(&text);
+                text.clear();
+            }
         }
-        Ok(blake3::hash(&text).to_hex().to_string())
+        Ok(hasher.update(&text).finalize().to_hex().to_string())
     }
 
     /// The id of the run that made the previous run's views, with `nodes/` and `logs/` linked to its, when its
@@ -658,20 +675,41 @@ fn record_hit<'a>(
     nodes: &'a mut BTreeMap<String, NodeRecord>,
     node: &str,
     kind: &str,
-    hit: &Hit,
+    hit: Hit,
 ) -> &'a mut NodeRecord {
     let record = record_in(nodes, node, kind);
     record.key = Some(hit.key);
     record.outputs = hit
         .outputs
-        .iter()
-        .map(|(n, b)| (n.clone(), b.hash))
+        .into_iter()
+        .map(|(name, blob)| (name, blob.hash))
         .collect();
-    record.metrics = hit.metrics.clone();
+    record.metrics = hit.metrics;
     if hit.log.is_some() {
         record.log = Some(format!("logs/{}.log", node_dir_name(node)));
     }
     record
+}
+
+/// A `node_cached` event not written yet, in half the room of an [`Event`] (whose size is its largest kind's):
+/// a no-op holds one per node until the run's next other event.
+#[derive(Debug)]
+struct PendingHit {
+    at_ms: u64,
+    node: Box<str>,
+    key: Digest,
+}
+
+impl PendingHit {
+    fn event(self) -> Event {
+        Event {
+            at_ms: self.at_ms,
+            kind: EventKind::NodeCached {
+                node: self.node.into_string(),
+                key: self.key,
+            },
+        }
+    }
 }
 
 /// Appends `event` to `lines` as one JSON line.
@@ -831,6 +869,38 @@ mod tests {
         // A source that is not there is an error, whatever the order of the attempts.
         let missing = run.link_or_copy(&top.path().join("missing"), &run.dir.join("nodes/x/o"));
         assert_eq!(missing.map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
+        Ok(())
+    }
+
+    /// The digest is hashed a chunk at a time: a change to any node's record, in the first chunk or the last,
+    /// changes it, so a run that differs anywhere is never taken for a repeat.
+    #[test]
+    fn a_change_anywhere_in_a_large_run_changes_its_views_digest() -> io::Result<()> {
+        let top = tempfile::tempdir()?;
+        let mut run = RunDir::create(&top.path().join("results"), "test", &test_meta())?;
+        let graph = Graph::default();
+        let ids: Vec<String> = (0..3_000).map(|i| format!("p[a={i:04}]")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            let record = run.record_mut(id, "command");
+            record.key = Some(Digest::of(id.as_bytes()));
+            record.outputs = [("o".to_owned(), Digest::of(&i.to_le_bytes()))]
+                .into_iter()
+                .collect();
+        }
+        let before = run.views_digest(&graph)?;
+        assert_eq!(
+            run.views_digest(&graph)?,
+            before,
+            "the same records, the same digest"
+        );
+        for id in [&ids[0], &ids[1_500], &ids[2_999]] {
+            let record = run.record_mut(id, "command");
+            let key = record.key;
+            record.key = Some(Digest::of(b"another"));
+            assert_ne!(run.views_digest(&graph)?, before, "{id} changed");
+            run.record_mut(id, "command").key = key;
+        }
+        assert_eq!(run.views_digest(&graph)?, before);
         Ok(())
     }
 
