@@ -44,6 +44,51 @@ fn describe_cycle(members: &[(NodeId, Origin)]) -> String {
     text
 }
 
+/// A value for some of a graph's nodes, held by node index. A run and a plan keep one or more of these per
+/// node: as hash maps they took a table of 2–5 MB each at 100 000 nodes and a hash on every look-up.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeMap<V> {
+    slots: Vec<Option<V>>,
+}
+
+impl<V> NodeMap<V> {
+    /// An empty map with room for every node of `graph`.
+    pub fn for_graph(graph: &Graph) -> NodeMap<V> {
+        NodeMap {
+            slots: std::iter::repeat_with(|| None).take(graph.len()).collect(),
+        }
+    }
+
+    pub fn get(&self, index: NodeIndex) -> Option<&V> {
+        self.slots.get(index.index())?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, index: NodeIndex) -> Option<&mut V> {
+        self.slots.get_mut(index.index())?.as_mut()
+    }
+
+    /// Sets the value of `index`, a node of the graph the map was made for, returning the one it replaces.
+    pub fn insert(&mut self, index: NodeIndex, value: V) -> Option<V> {
+        self.slots[index.index()].replace(value)
+    }
+
+    pub fn remove(&mut self, index: NodeIndex) -> Option<V> {
+        self.slots.get_mut(index.index())?.take()
+    }
+
+    /// The nodes that have a value, by index.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeIndex, &V)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(position, slot)| Some((NodeIndex::new(position), slot.as_ref()?)))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.slots.iter().flatten()
+    }
+}
+
 /// A validated DAG over a pipeline's node specs (the default: the empty one).
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
@@ -158,6 +203,15 @@ impl Graph {
     /// All nodes, dependencies before dependents.
     pub fn topological(&self) -> &[NodeIndex] {
         &self.order
+    }
+
+    /// Each node's place in [`Graph::topological`], by node index.
+    pub fn positions(&self) -> Vec<usize> {
+        let mut positions = vec![0; self.order.len()];
+        for (position, index) in self.order.iter().enumerate() {
+            positions[index.index()] = position;
+        }
+        positions
     }
 
     pub fn dependencies(&self, index: NodeIndex) -> impl Iterator<Item = NodeIndex> + '_ {

@@ -1,7 +1,5 @@
 //! `plan` and `why`: what a run would do and why, computed from the cache without touching anything.
 
-use foldhash::{HashMap, HashMapExt};
-
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
@@ -9,7 +7,7 @@ use fracflow_record::Digest;
 
 use crate::decide::{self, AskRemote, Contribution, Need, Unkeyed};
 use crate::fingerprint::{FieldChange, Fingerprint};
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeMap};
 use crate::scheduler::{Engine, RunOptions};
 
 /// Why a node would run, or that it would not.
@@ -93,10 +91,10 @@ fn plan_with_fingerprint(
 ) -> (Vec<PlanItem>, Option<Fingerprint>) {
     let mut wanted_fingerprint = None;
     let selected = graph.closure(targets);
-    let mut known: HashMap<NodeIndex, Known> = HashMap::new();
+    let mut known: NodeMap<Known> = NodeMap::for_graph(graph);
     // Sized once: grown by doubling, the vector's last copy held a 100 000-node plan twice.
     let mut items: Vec<PlanItem> = Vec::with_capacity(selected.len());
-    let mut item_of: HashMap<NodeIndex, usize> = HashMap::new();
+    let mut item_of: NodeMap<usize> = NodeMap::for_graph(graph);
     // Lazy effects that run only if a node that depends on them runs, decided once their dependents are.
     let mut if_needed: Vec<NodeIndex> = Vec::new();
     for &index in graph.topological() {
@@ -113,7 +111,7 @@ fn plan_with_fingerprint(
             .map(|e| e.describe(spec))
             .unwrap_or_default();
         let keyed = decide::key(engine, graph, index, options, |dependency| {
-            match known.get(&dependency) {
+            match known.get(dependency) {
                 Some(Known::Effect(key)) => Contribution::Effect(key),
                 Some(Known::Output(hash)) => Contribution::Output(hash),
                 None => Contribution::Unknown,
@@ -206,7 +204,7 @@ fn plan_with_fingerprint(
         let mut pending: Vec<String> = Vec::new();
         let mut runs = false;
         for dependent in graph.dependents(index) {
-            let Some(&item) = item_of.get(&dependent) else {
+            let Some(&item) = item_of.get(dependent) else {
                 continue;
             };
             match &items[item].verdict {
@@ -221,7 +219,7 @@ fn plan_with_fingerprint(
                 | Verdict::Error { .. } => {}
             }
         }
-        let Some(&item) = item_of.get(&index) else {
+        let Some(&item) = item_of.get(index) else {
             continue;
         };
         let Verdict::Always { key } = &items[item].verdict else {

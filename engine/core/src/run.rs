@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use foldhash::{HashMap, HashMapExt};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,7 +13,7 @@ use fracflow_record::{
 };
 
 use crate::cache::{Cache, Hit, Staged};
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeIndex};
 use crate::spec::NodeSpec;
 
 /// While nodes run, the manifest is rewritten at most this often; `events.jsonl` is appended for every node.
@@ -135,10 +134,13 @@ pub struct RunDir {
     /// How long after `last_manifest_write` the next checkpoint may be made at the earliest, from what the last
     /// one cost (see [`CHECKPOINT_COST_FACTOR`]).
     checkpoint_spacing: Duration,
-    /// Cache hits whose views are not linked yet, with the blob of each one's log (the rest of what the views
-    /// show is in its record): made when a dependent that runs needs them, or when the run ends (see
-    /// [`RunDir::finish`]), so a no-op does not write a directory per node.
-    deferred: HashMap<String, Option<Digest>>,
+    /// Cache hits whose views are not linked yet, by node index, with the blob of each one's log (the rest of
+    /// what the views show is in its record): made when a dependent that runs needs them, or when the run ends
+    /// (see [`RunDir::finish`]), so a no-op does not write a directory per node. By index rather than in a map
+    /// by id: the map and its copies of the ids were 10 MB of a 100 000-node no-op.
+    deferred: Vec<Option<DeferredViews>>,
+    /// How many of `deferred` are set.
+    deferred_count: usize,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
 }
@@ -240,7 +242,8 @@ impl RunDir {
             pending_hits: Vec::new(),
             last_manifest_write: Instant::now(),
             checkpoint_spacing: Duration::ZERO,
-            deferred: HashMap::new(),
+            deferred: Vec::new(),
+            deferred_count: 0,
             previous: None,
         })
     }
@@ -270,6 +273,18 @@ impl RunDir {
 
     pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
         record_in(&mut self.manifest.nodes, id, kind)
+    }
+
+    /// Gives each of `nodes` (id and kind) that has no record yet a pending one. Added in one sorted batch: a
+    /// map grown one insert at a time keeps its leaves a little over half full, which was 16 MB of a
+    /// 100 000-node run's records.
+    pub fn add_pending<'s>(&mut self, nodes: impl Iterator<Item = (&'s str, &'s str)>) {
+        let records = &mut self.manifest.nodes;
+        let mut new: BTreeMap<String, NodeRecord> = nodes
+            .filter(|(id, _)| !records.contains_key(*id))
+            .map(|(id, kind)| (id.to_owned(), NodeRecord::pending(kind)))
+            .collect();
+        records.append(&mut new);
     }
 
     /// Appends an event line (one write of a whole line, so a kill leaves whole lines only).
@@ -334,16 +349,34 @@ impl RunDir {
     /// Records a cache hit, as the outputs of `node` (not always the node named in the entry: two nodes doing
     /// identical work share one key, and the second is served the first one's entry), returning its record;
     /// its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
-    pub fn publish_hit(&mut self, node: &str, kind: &str, hit: Hit) -> &mut NodeRecord {
-        self.deferred
-            .insert(node.to_owned(), hit.log.as_ref().map(|log| log.hash));
-        record_hit(&mut self.manifest.nodes, node, kind, hit)
+    pub fn publish_hit(&mut self, graph: &Graph, index: NodeIndex, hit: Hit) -> &mut NodeRecord {
+        if self.deferred.len() < graph.len() {
+            self.deferred.resize(graph.len(), None);
+        }
+        let log = hit.log.as_ref().map(|log| log.hash);
+        if self.deferred[index.index()]
+            .replace(DeferredViews { log })
+            .is_none()
+        {
+            self.deferred_count += 1;
+        }
+        let spec = graph.spec(index);
+        record_hit(&mut self.manifest.nodes, &spec.id, &spec.kind, hit)
     }
 
-    /// Links the views of a deferred hit, for a dependent that is about to run and reads them.
-    pub fn materialize(&mut self, cache: &Cache, node: &str) -> io::Result<()> {
-        match self.deferred.remove(node) {
-            Some(log) => self.link_views(cache, node, log.as_ref()),
+    /// Links the views of a deferred hit, node `index` of `graph`, for a dependent that is about to run and
+    /// reads them.
+    pub fn materialize(
+        &mut self,
+        cache: &Cache,
+        graph: &Graph,
+        index: NodeIndex,
+    ) -> io::Result<()> {
+        match self.deferred.get_mut(index.index()).and_then(Option::take) {
+            Some(views) => {
+                self.deferred_count -= 1;
+                self.link_views(cache, &graph.spec(index).id, views.log.as_ref())
+            }
             None => Ok(()),
         }
     }
@@ -401,19 +434,23 @@ impl RunDir {
     /// every node, so a no-op writes a fixed number of files of a fixed size. Otherwise each view is linked
     /// from the cache.
     pub fn settle_views(&mut self, cache: &Cache, graph: &Graph) -> io::Result<()> {
-        if self.deferred.is_empty() {
+        if self.deferred_count == 0 {
             return Ok(());
         }
-        if self.deferred.len() == self.manifest.nodes.len()
+        if self.deferred_count == self.manifest.nodes.len()
             && let Some(base) = self.repeat_previous(graph)
         {
             self.manifest.repeats = Some(base);
-            self.deferred.clear();
-            return Ok(());
+        } else {
+            for (index, views) in self.deferred.iter().enumerate() {
+                if let Some(views) = views {
+                    let node = &graph.spec(NodeIndex::new(index)).id;
+                    self.link_views(cache, node, views.log.as_ref())?;
+                }
+            }
         }
-        for (node, log) in std::mem::take(&mut self.deferred) {
-            self.link_views(cache, &node, log.as_ref())?;
-        }
+        self.deferred = Vec::new();
+        self.deferred_count = 0;
         Ok(())
     }
 
@@ -689,6 +726,12 @@ fn record_hit<'a>(
         record.log = Some(format!("logs/{}.log", node_dir_name(node)));
     }
     record
+}
+
+/// What the views of a hit whose views are deferred need besides its record.
+#[derive(Debug, Clone, Copy)]
+struct DeferredViews {
+    log: Option<Digest>,
 }
 
 /// A `node_cached` event not written yet, in half the room of an [`Event`] (whose size is its largest kind's):

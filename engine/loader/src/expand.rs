@@ -419,7 +419,8 @@ impl<'l, 'o> Expander<'l, 'o> {
                 input_errors.push((pattern.loc, text));
             }
         }
-        let mut outputs = Vec::new();
+        // Sized from the declaration: grown from empty, a node's one output took a vector of four.
+        let mut outputs = Vec::with_capacity(def.common.outputs.len());
         let mut late = Vec::new();
         for output in &def.common.outputs {
             if let Some(text) = render(&mut r, output, &mut problems) {
@@ -433,7 +434,7 @@ impl<'l, 'o> Expander<'l, 'o> {
                 }
             }
         }
-        let mut resources = Vec::new();
+        let mut resources = Vec::with_capacity(def.common.resources.len());
         for text in &def.common.resources {
             if let Some(done) = render(&mut r, text, &mut problems) {
                 match check_resource(&def.name, &done) {

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use foldhash::{HashMap, HashMapExt, HashSet};
+use foldhash::HashSet;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ use crate::cache::Hit;
 use crate::decide::{self, AskRemote, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
 use crate::exec::{Cancel, NodeError, RunIdentity};
 use crate::fingerprint::Fingerprint;
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeMap};
 use crate::keylock::{self, Attempt, Holder, InUse, KeyLock};
 use crate::run::{RunDir, now_rfc3339};
 use crate::spec::{NodeSpec, Resource};
@@ -173,9 +173,10 @@ pub(super) struct Run<'a> {
     run_dir: &'a mut RunDir,
     observer: &'a mut dyn Observer,
     selected: BTreeSet<NodeIndex>,
-    position: HashMap<NodeIndex, usize>,
-    states: HashMap<NodeIndex, State>,
-    known: HashMap<NodeIndex, Known>,
+    /// Each node's place in the topological order, by node index.
+    position: Vec<usize>,
+    states: NodeMap<State>,
+    known: NodeMap<Known>,
     /// Ready nodes by topological position.
     ready: BTreeSet<(usize, NodeIndex)>,
     /// Queued nodes by topological position: launched in that order when they fit.
@@ -206,25 +207,22 @@ impl<'a> Run<'a> {
         observer: &'a mut dyn Observer,
     ) -> io::Result<Run<'a>> {
         let selected = graph.closure(targets);
-        let position: HashMap<NodeIndex, usize> = graph
-            .topological()
-            .iter()
-            .enumerate()
-            .map(|(p, &i)| (i, p))
-            .collect();
-        let mut states = HashMap::new();
+        let position = graph.positions();
+        let mut states = NodeMap::for_graph(graph);
         let mut ready = BTreeSet::new();
         for &index in &selected {
             let unknown = graph.dependencies(index).count();
             if unknown == 0 {
                 states.insert(index, State::Ready);
-                ready.insert((position[&index], index));
+                ready.insert((position[index.index()], index));
             } else {
                 states.insert(index, State::Waiting(unknown));
             }
-            let spec = graph.spec(index);
-            run_dir.record_mut(&spec.id, &spec.kind);
         }
+        run_dir.add_pending(selected.iter().map(|&index| {
+            let spec = graph.spec(index);
+            (spec.id.as_str(), spec.kind.as_str())
+        }));
         let mut run = Run {
             engine,
             graph,
@@ -235,7 +233,7 @@ impl<'a> Run<'a> {
             selected,
             position,
             states,
-            known: HashMap::new(),
+            known: NodeMap::for_graph(graph),
             ready,
             queue: BTreeSet::new(),
             slots: Slots {
@@ -311,7 +309,7 @@ impl<'a> Run<'a> {
                 self.graph,
                 index,
                 self.options,
-                |dependency| match self.known.get(&dependency) {
+                |dependency| match self.known.get(dependency) {
                     Some(Known::Effect(key)) => Contribution::Effect(key),
                     Some(Known::Output(hash)) => Contribution::Output(hash),
                     None => Contribution::Unknown,
@@ -378,26 +376,26 @@ impl<'a> Run<'a> {
         let mut stack = vec![(index, queued)];
         while let Some((node, mut queued)) = stack.pop() {
             for dependency in self.graph.dependencies(node) {
-                let effect = matches!(self.known.get(&dependency), Some(Known::Effect(_)));
+                let effect = matches!(self.known.get(dependency), Some(Known::Effect(_)));
                 // Done or committing: it ran earlier in this run. Otherwise it is deferred (needed now), or
                 // already queued.
                 if !effect
                     || matches!(
-                        self.states.get(&dependency),
+                        self.states.get(dependency),
                         Some(State::Done | State::Committing)
                     )
                 {
                     continue;
                 }
                 queued.effects_first += 1;
-                if matches!(self.states.get(&dependency), Some(State::Deferred(_)))
-                    && let Some(State::Deferred(effect)) = self.states.remove(&dependency)
+                if matches!(self.states.get(dependency), Some(State::Deferred(_)))
+                    && let Some(State::Deferred(effect)) = self.states.remove(dependency)
                 {
                     stack.push((dependency, effect));
                 }
             }
             self.states.insert(node, State::Queued(queued));
-            self.queue.insert((self.position[&node], node));
+            self.queue.insert((self.position[node.index()], node));
         }
     }
 
@@ -415,7 +413,7 @@ impl<'a> Run<'a> {
             };
             cursor = self.queue.range((position, index)..).nth(1).copied();
             let spec = self.graph.spec(index);
-            let Some(State::Queued(queued)) = self.states.get(&index) else {
+            let Some(State::Queued(queued)) = self.states.get(index) else {
                 continue;
             };
             if queued.effects_first > 0 || !self.slots.fit(spec) {
@@ -438,7 +436,7 @@ impl<'a> Run<'a> {
                 None
             };
             self.queue.remove(&(position, index));
-            let Some(State::Queued(queued)) = self.states.remove(&index) else {
+            let Some(State::Queued(queued)) = self.states.remove(index) else {
                 continue;
             };
             // Look again under the lock: the engine we waited for, or one that finished between our first
@@ -460,7 +458,7 @@ impl<'a> Run<'a> {
     /// announces whom the node waits for.
     fn lock_key(&mut self, index: NodeIndex) -> io::Result<KeyLockStep> {
         let spec = self.graph.spec(index);
-        let Some(State::Queued(queued)) = self.states.get_mut(&index) else {
+        let Some(State::Queued(queued)) = self.states.get_mut(index) else {
             return Ok(KeyLockStep::Unlocked);
         };
         match keylock::try_acquire(&self.locks, &queued.key.to_hex(), &spec.id) {
@@ -496,7 +494,7 @@ impl<'a> Run<'a> {
                 Ok(KeyLockStep::HeldElsewhere)
             }
             Err(error) => {
-                if let Some(State::Queued(queued)) = self.states.get_mut(&index) {
+                if let Some(State::Queued(queued)) = self.states.get_mut(index) {
                     queued.blocked = None;
                 }
                 if !self.lock_error_reported {
@@ -538,7 +536,8 @@ impl<'a> Run<'a> {
         let mut inputs = std::collections::BTreeMap::new();
         for dependency in graph.dependencies(index) {
             let id = graph.spec(dependency).id.clone();
-            self.run_dir.materialize(self.engine.cache, &id)?;
+            self.run_dir
+                .materialize(self.engine.cache, graph, dependency)?;
             inputs.insert(id.clone(), self.run_dir.outputs_dir(&id));
         }
         Ok(Launch {
@@ -573,7 +572,7 @@ impl<'a> Run<'a> {
         let soonest = self
             .queue
             .iter()
-            .filter_map(|(_, index)| match self.states.get(index) {
+            .filter_map(|(_, index)| match self.states.get(*index) {
                 Some(State::Queued(queued)) => queued
                     .blocked
                     .as_ref()
@@ -600,7 +599,7 @@ impl<'a> Run<'a> {
         };
         self.run_dir.publish_staged(&spec.id, &spec.kind, &staged)?;
         self.states.insert(index, State::Committing);
-        if matches!(self.known.get(&index), Some(Known::Effect(_))) {
+        if matches!(self.known.get(index), Some(Known::Effect(_))) {
             // Its dependents were keyed when it was; now the ones queued behind it may start.
             self.effect_finished(index);
         } else {
@@ -681,7 +680,7 @@ impl<'a> Run<'a> {
     fn use_cached(&mut self, index: NodeIndex, entry: Hit) -> io::Result<()> {
         let spec = self.graph.spec(index);
         let (key, output_hash, seconds) = (entry.key, entry.output_hash, entry.seconds);
-        let record = self.run_dir.publish_hit(&spec.id, &spec.kind, entry);
+        let record = self.run_dir.publish_hit(self.graph, index, entry);
         record.status = NodeStatus::Cached;
         record.seconds = Some(seconds);
         self.emit(EventKind::NodeCached {
@@ -698,11 +697,12 @@ impl<'a> Run<'a> {
     /// What `index` contributes to its dependents' keys is known: those that waited only for it are ready.
     fn contribution_known(&mut self, index: NodeIndex) {
         for dependent in self.graph.dependents(index) {
-            if let Some(State::Waiting(unknown)) = self.states.get_mut(&dependent) {
+            if let Some(State::Waiting(unknown)) = self.states.get_mut(dependent) {
                 *unknown -= 1;
                 if *unknown == 0 {
                     self.states.insert(dependent, State::Ready);
-                    self.ready.insert((self.position[&dependent], dependent));
+                    self.ready
+                        .insert((self.position[dependent.index()], dependent));
                 }
             }
         }
@@ -711,7 +711,7 @@ impl<'a> Run<'a> {
     /// A lazy effect finished: the nodes queued behind it wait for one effect fewer.
     fn effect_finished(&mut self, index: NodeIndex) {
         for dependent in self.graph.dependents(index) {
-            if let Some(State::Queued(queued)) = self.states.get_mut(&dependent) {
+            if let Some(State::Queued(queued)) = self.states.get_mut(dependent) {
                 queued.effects_first = queued.effects_first.saturating_sub(1);
             }
         }
@@ -735,14 +735,16 @@ impl<'a> Run<'a> {
         let mut stack: Vec<NodeIndex> = self.graph.dependents(index).collect();
         while let Some(dependent) = stack.pop() {
             if !matches!(
-                self.states.get(&dependent),
+                self.states.get(dependent),
                 Some(State::Waiting(_) | State::Ready | State::Queued(_))
             ) {
                 continue;
             }
             self.states.insert(dependent, State::Skipped);
-            self.ready.remove(&(self.position[&dependent], dependent));
-            self.queue.remove(&(self.position[&dependent], dependent));
+            self.ready
+                .remove(&(self.position[dependent.index()], dependent));
+            self.queue
+                .remove(&(self.position[dependent.index()], dependent));
             self.skip(dependent, &reason)?;
             stack.extend(self.graph.dependents(dependent));
         }
@@ -778,14 +780,14 @@ impl<'a> Run<'a> {
             .states
             .iter()
             .filter(|(_, s)| matches!(s, State::Deferred(_)))
-            .map(|(&i, _)| i)
+            .map(|(i, _)| i)
             .collect();
-        deferred.sort_by_key(|i| std::cmp::Reverse(self.position[i]));
+        deferred.sort_by_key(|i| std::cmp::Reverse(self.position[i.index()]));
         for &index in &deferred {
             let stopped = stopping
                 && self.graph.dependents(index).any(|d| {
                     matches!(
-                        self.states.get(&d),
+                        self.states.get(d),
                         Some(State::Waiting(_) | State::Ready | State::Queued(_) | State::Skipped)
                     )
                 });
@@ -800,7 +802,7 @@ impl<'a> Run<'a> {
         }
         deferred.reverse();
         for index in deferred {
-            if matches!(self.states.get(&index), Some(State::NotNeeded)) {
+            if matches!(self.states.get(index), Some(State::NotNeeded)) {
                 self.skip(index, NOT_NEEDED)?;
             }
         }
@@ -808,9 +810,9 @@ impl<'a> Run<'a> {
             .states
             .iter()
             .filter(|(_, s)| matches!(s, State::Waiting(_) | State::Ready | State::Queued(_)))
-            .map(|(&i, _)| i)
+            .map(|(i, _)| i)
             .collect();
-        leftover.sort_by_key(|i| self.position[i]);
+        leftover.sort_by_key(|i| self.position[i.index()]);
         for index in leftover {
             self.states.insert(index, State::Skipped);
             self.skip(index, reason)?;
