@@ -382,11 +382,29 @@ impl Project {
             }
             *testbed.images.lock().unwrap_or_else(|e| e.into_inner()) = Some(choice);
         }
+        if loaded.graph.len() >= RELEASE_AFTER_LOAD_NODES {
+            release_freed_memory();
+        }
         Ok((loaded, targets))
     }
 }
 
 /// Every image the testbed must not get, at once, before anything runs (exit 2).
+/// From this many nodes, what loading freed is handed back before the run (see [`release_freed_memory`]). At
+/// 100 000 nodes that took a no-op's peak RSS from 232 to 216 MiB at the same speed; at 10 000 the no-op was
+/// 5 % slower and its peak no lower (the pages handed back are faulted in again).
+const RELEASE_AFTER_LOAD_NODES: usize = 50_000;
+
+/// Hands back to the system the pages this thread freed while loading: a large pipeline's memo (12 MB at
+/// 100 000 nodes), its nodes as loaded before they moved into the graph (30 MB) and the loader's scratch.
+/// mimalloc keeps a thread's freed pages for that thread to reuse, and the run allocates on its own threads,
+/// so they stayed in the process's memory to its end.
+fn release_freed_memory() {
+    // SAFETY: `mi_collect` takes no pointers; it frees or purges what the calling thread's heap no longer
+    // uses. Where mimalloc is not the global allocator (the library's tests) it has nothing to release.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 fn refused_images(testbed: &str, refusals: &[String]) -> Error {
     let mut message = format!(
         "testbed `{testbed}`: {} refused before anything runs:",
