@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use fracflow_record::Digest;
 
+use crate::graph::{Graph, NodeIndex};
 use crate::spec::Settings;
 
 /// Bump when the meaning of any field changes: every key changes with it, so old entries are never misread.
@@ -57,10 +58,48 @@ pub struct FingerprintRef<'a> {
     pub point: &'a Settings,
     pub outputs: &'a [String],
     pub inputs: &'a BTreeMap<String, String>,
-    pub upstream: &'a BTreeMap<String, Digest>,
+    pub upstream: UpstreamRef<'a>,
     pub tools: &'a BTreeMap<String, String>,
     pub testbed: &'a BTreeMap<String, serde_json::Value>,
     pub placement: &'a [String],
+}
+
+/// A fingerprint's `upstream`: each dependency's id and what it contributed, in id order.
+#[derive(Debug, Clone, Copy)]
+pub enum UpstreamRef<'a> {
+    /// An owned fingerprint's map.
+    Map(&'a BTreeMap<String, Digest>),
+    /// Dependencies of a graph by index, sorted by id: a node over a 100 000-point sweep kept a map of as many
+    /// copied ids while it was keyed (11 MB).
+    Nodes {
+        graph: &'a Graph,
+        entries: &'a [(NodeIndex, Digest)],
+    },
+}
+
+impl<'a> UpstreamRef<'a> {
+    pub fn iter(self) -> impl Iterator<Item = (&'a str, &'a Digest)> {
+        let (map, nodes) = match self {
+            UpstreamRef::Map(map) => (Some(map), None),
+            UpstreamRef::Nodes { graph, entries } => (None, Some((graph, entries))),
+        };
+        let from_map = map
+            .into_iter()
+            .flatten()
+            .map(|(id, hash)| (id.as_str(), hash));
+        let from_nodes = nodes.into_iter().flat_map(|(graph, entries)| {
+            entries
+                .iter()
+                .map(move |(index, hash)| (graph.spec(*index).id.as_str(), hash))
+        });
+        from_map.chain(from_nodes)
+    }
+}
+
+/// Puts dependencies' contributions in the order a fingerprint's `upstream` lists them (by id), each once.
+pub(crate) fn sort_upstream(graph: &Graph, entries: &mut Vec<(NodeIndex, Digest)>) {
+    entries.sort_unstable_by(|(a, _), (b, _)| graph.spec(*a).id.cmp(&graph.spec(*b).id));
+    entries.dedup_by_key(|(dependency, _)| *dependency);
 }
 
 impl FingerprintRef<'_> {
@@ -86,7 +125,11 @@ impl FingerprintRef<'_> {
             point: self.point.clone(),
             outputs: self.outputs.to_vec(),
             inputs: self.inputs.clone(),
-            upstream: self.upstream.clone(),
+            upstream: self
+                .upstream
+                .iter()
+                .map(|(id, hash)| (id.to_owned(), *hash))
+                .collect(),
             tools: self.tools.clone(),
             testbed: self.testbed.clone(),
             placement: self.placement.to_vec(),
@@ -127,7 +170,7 @@ impl FingerprintRef<'_> {
         out.object(self.inputs, |out, text| out.string(text));
         out.raw(",\"upstream\":");
         // Hex digits need no escaping.
-        out.object(self.upstream, |out, hash| {
+        out.object(self.upstream.iter(), |out, hash| {
             out.raw("\"");
             out.raw(&hash.to_hex());
             out.raw("\"");
@@ -157,7 +200,7 @@ impl Fingerprint {
             point: &self.point,
             outputs: &self.outputs,
             inputs: &self.inputs,
-            upstream: &self.upstream,
+            upstream: UpstreamRef::Map(&self.upstream),
             tools: &self.tools,
             testbed: &self.testbed,
             placement: &self.placement,
@@ -270,9 +313,9 @@ impl CanonicalJson {
     }
 
     /// `entries` sorted by key, as both map types of [`Fingerprint`] iterate.
-    fn object<'a, V: 'a>(
+    fn object<'a, K: AsRef<str>, V: 'a>(
         &mut self,
-        entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+        entries: impl IntoIterator<Item = (K, &'a V)>,
         value: impl Fn(&mut Self, &V),
     ) {
         self.text.push('{');
@@ -280,7 +323,7 @@ impl CanonicalJson {
             if position > 0 {
                 self.text.push(',');
             }
-            self.string(key);
+            self.string(key.as_ref());
             self.text.push(':');
             value(self, inner);
             if self.text.len() >= SPILL_BYTES
@@ -463,6 +506,54 @@ mod tests {
             text,
             serde_json::to_string(&fingerprint).expect("serialisable")
         );
+    }
+
+    /// A node keyed from its dependencies in the graph has the key of the owned fingerprint naming them, in
+    /// whatever order the graph holds them (here numeric, where ids sort as text).
+    #[test]
+    fn upstream_from_the_graph_keys_as_the_map_of_its_ids() {
+        let node = |id: String, deps: Vec<String>| crate::NodeSpec {
+            id: id.clone(),
+            name: id,
+            kind: "command".into(),
+            config: crate::Settings::new(),
+            point: crate::Settings::new(),
+            deps,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            resources: Vec::new(),
+            retries: 0,
+            timeout: None,
+            estimate: None,
+            origin: crate::Origin::default(),
+        };
+        let ids: Vec<String> = (0..25).map(|i| format!("p[a={i}]")).collect();
+        let mut specs: Vec<crate::NodeSpec> =
+            ids.iter().map(|id| node(id.clone(), Vec::new())).collect();
+        specs.push(node("agg".into(), ids.clone()));
+        let graph = Graph::build(specs).expect("a DAG");
+        let agg = graph.index("agg").expect("agg");
+        let contribution = |index: NodeIndex| Digest::of(graph.spec(index).id.as_bytes());
+        let mut entries: Vec<(NodeIndex, Digest)> = graph
+            .dependencies(agg)
+            .chain(graph.dependencies(agg).take(3))
+            .map(|index| (index, contribution(index)))
+            .collect();
+        sort_upstream(&graph, &mut entries);
+        let mut owned = sample();
+        owned.upstream = ids
+            .iter()
+            .map(|id| (id.clone(), Digest::of(id.as_bytes())))
+            .collect();
+        let borrowed = FingerprintRef {
+            upstream: UpstreamRef::Nodes {
+                graph: &graph,
+                entries: &entries,
+            },
+            ..owned.as_ref()
+        };
+        assert_eq!(borrowed.key(), owned.key());
+        assert_eq!(borrowed.to_fingerprint(), owned);
     }
 
     #[test]

@@ -137,7 +137,7 @@ fn plan_with_fingerprint(
                     known.insert(index, Known::Effect(key));
                 }
                 if fingerprinted == Some(index) {
-                    wanted_fingerprint = Some(keyed.fingerprint(spec, options));
+                    wanted_fingerprint = Some(keyed.fingerprint(graph, spec, options));
                 }
                 match need {
                     Need::Hit(entry) => {
@@ -155,7 +155,10 @@ fn plan_with_fingerprint(
                             .get_or_insert_with(|| engine.cache.pointer(&spec.id))
                             .as_ref()
                             .and_then(|p| engine.cache.get(&p.latest_key))
-                            .map(|old| old.fingerprint.diff(&keyed.fingerprint(spec, options)))
+                            .map(|old| {
+                                old.fingerprint
+                                    .diff(&keyed.fingerprint(graph, spec, options))
+                            })
                             .unwrap_or_default();
                         Verdict::Run { key, changes }
                     }

@@ -351,7 +351,7 @@ impl<'a> Run<'a> {
         match need {
             Need::Hit(entry) | Need::Remote(entry) => self.use_cached(index, *entry),
             Need::IfNeeded => {
-                let fingerprint = keyed.fingerprint(spec, self.options);
+                let fingerprint = keyed.fingerprint(self.graph, spec, self.options);
                 self.states.insert(
                     index,
                     State::Deferred(Box::new(Queued::new(keyed, fingerprint, forced))),
@@ -363,7 +363,7 @@ impl<'a> Run<'a> {
                 if lazy {
                     self.contribution_known(index);
                 }
-                let fingerprint = keyed.fingerprint(spec, self.options);
+                let fingerprint = keyed.fingerprint(self.graph, spec, self.options);
                 self.enqueue(index, Box::new(Queued::new(keyed, fingerprint, forced)));
                 Ok(())
             }
