@@ -464,11 +464,10 @@ impl Cache {
 
     /// Every blob an entry names is in the store.
     fn blobs_exist(&self, outputs: &Outputs, log: Option<&BlobRef>) -> bool {
-        outputs.values().chain(log).all(|b| {
-            let hex = b.hash.to_hex();
-            let (head, tail) = hex.split_at(2);
-            self.blob_store.holds_file(head, tail)
-        })
+        outputs
+            .values()
+            .chain(log)
+            .all(|blob| self.blob_store.holds_digest(&blob.hash))
     }
 
     /// What `key` serves a run, or None on a miss: [`Cache::get`] without reading the entry when the hit index

@@ -3,11 +3,11 @@
 //! (`<project>/.fracflow/cache/entries/ab/<key>.json`) again for each was a tenth of its time, spent in the
 //! kernel's path walk; relative to the store, two components are left. Whether a blob exists is answered from a
 //! listing of its shard once a run asks about that shard again, for shards of up to 1 024 files
-//! ([`StoreDir::holds_file`]): a 10 000-node no-op checks 10 000 blobs in 256 shards. A listing keeps each
-//! name as the bytes its hex spells (31 of them, for the rest of a blake3 hash after its two-digit shard), not
-//! as text: the names as strings were 9 MB of a 100 000-node no-op.
+//! ([`StoreDir::holds_digest`]): a 10 000-node no-op checks 10 000 blobs in 256 shards. A listing keeps the
+//! digests its files are named by, not their names as text, which were 9 MB of a 100 000-node no-op.
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use fracflow_record::Digest;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -36,8 +36,8 @@ pub(crate) struct StoreDir {
     path: PathBuf,
     /// Opened on the first stat; `None` when it cannot be (the absolute path is used then).
     handle: OnceLock<Option<OwnedFd>>,
-    /// Per shard: asked about once (`None`), or the regular files its listing held whose names are hashes.
-    shards: Mutex<HashMap<String, Option<HashSet<HashTail>>>>,
+    /// Per shard: asked about once (`None`), or the digests its listing's regular files are named by.
+    shards: Mutex<HashMap<String, Option<HashSet<Digest>>>>,
 }
 
 impl StoreDir {
@@ -49,10 +49,12 @@ impl StoreDir {
         }
     }
 
-    /// Whether `<store>/<head>/<name>` is a regular file (links followed). A name the shard's listing holds
-    /// exists: files leave the store only by `cache gc`, which a run keeps away. Any other name is stat'ed,
-    /// since it may have arrived after the listing (or be a link).
-    pub fn holds_file(&self, head: &str, name: &str) -> bool {
+    /// Whether the file of `digest`, `<store>/<first two hex digits>/<the other 62>`, is a regular file (links
+    /// followed). A digest the shard's listing holds exists: files leave the store only by `cache gc`, which a
+    /// run keeps away. Any other is stat'ed, since its file may have arrived after the listing (or be a link).
+    pub fn holds_digest(&self, digest: &Digest) -> bool {
+        let hex = digest.to_hex();
+        let (head, name) = hex.split_at(2);
         let listed = {
             let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
             match shards.get_mut(head) {
@@ -60,65 +62,38 @@ impl StoreDir {
                     shards.insert(head.to_owned(), None);
                     false
                 }
-                Some(listing) => HashTail::parse(name).is_some_and(|tail| {
-                    listing
-                        .get_or_insert_with(|| self.regular_files(head))
-                        .contains(&tail)
-                }),
+                Some(listing) => listing
+                    .get_or_insert_with(|| self.listed_digests(head))
+                    .contains(digest),
             }
         };
         listed || self.stat(head, name, "").is_some_and(|stat| stat.is_file)
     }
 
-    /// The names of the regular files in shard `head` that are hashes; none when it cannot be listed, or when
-    /// it holds more than `MAX_LISTED` entries (a large shared cache, where stats of the few blobs a run asks
-    /// about are cheaper than its listing, and the listing would hold megabytes).
-    fn regular_files(&self, head: &str) -> HashSet<HashTail> {
-        let mut names = HashSet::new();
+    /// The digests that name regular files of shard `head`; none when it cannot be listed, or when it holds
+    /// more than `MAX_LISTED` entries (a large shared cache, where stats of the few blobs a run asks about are
+    /// cheaper than its listing, and the listing would hold megabytes).
+    fn listed_digests(&self, head: &str) -> HashSet<Digest> {
+        let mut digests = HashSet::new();
         let Ok(entries) = std::fs::read_dir(self.path.join(head)) else {
-            return names;
+            return digests;
         };
         for (count, entry) in entries.flatten().enumerate() {
             if count >= MAX_LISTED {
                 return HashSet::new();
             }
             if entry.file_type().is_ok_and(|t| t.is_file())
-                && let Some(name) = entry.file_name().to_str().and_then(HashTail::parse)
+                && let Some(digest) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|name| digest_named(head, name))
             {
-                names.insert(name);
+                digests.insert(digest);
             }
         }
-        names
+        digests
     }
-}
 
-/// A file name of 62 lowercase hex digits, as the 31 bytes they spell: a blob's name after its shard. Other
-/// names are never listed, so a question about one goes to a stat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct HashTail([u8; 31]);
-
-impl HashTail {
-    fn parse(name: &str) -> Option<HashTail> {
-        fn digit(c: u8) -> Option<u8> {
-            match c {
-                b'0'..=b'9' => Some(c - b'0'),
-                b'a'..=b'f' => Some(c - b'a' + 10),
-                _ => None,
-            }
-        }
-        let name = name.as_bytes();
-        if name.len() != 62 {
-            return None;
-        }
-        let mut bytes = [0; 31];
-        for (byte, pair) in bytes.iter_mut().zip(name.chunks_exact(2)) {
-            *byte = digit(pair[0])? << 4 | digit(pair[1])?;
-        }
-        Some(HashTail(bytes))
-    }
-}
-
-impl StoreDir {
     /// The metadata of `<store>/<head>/<name><suffix>`, links followed as `fs::metadata` follows them; `None`
     /// when it does not exist or cannot be read.
     pub fn stat(&self, head: &str, name: &str, suffix: &str) -> Option<FileStat> {
@@ -155,6 +130,17 @@ impl StoreDir {
     }
 }
 
+/// The digest whose file is `name` in shard `head`, if the two spell one.
+fn digest_named(head: &str, name: &str) -> Option<Digest> {
+    let mut hex = [0; 64];
+    if head.len() != 2 || name.len() != 62 {
+        return None;
+    }
+    hex[..2].copy_from_slice(head.as_bytes());
+    hex[2..].copy_from_slice(name.as_bytes());
+    std::str::from_utf8(&hex).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,56 +175,63 @@ mod tests {
 
     #[test]
     fn a_listed_shard_answers_as_a_stat_would() -> std::io::Result<()> {
-        let name = |n: u32| format!("{n:062x}");
+        let digest = |head: &str, n: u32| -> Digest {
+            format!("{head}{n:062x}").parse().expect("64 hex digits")
+        };
+        let path = |dir: &std::path::Path, digest: Digest| {
+            let hex = digest.to_hex();
+            dir.join(&hex[..2]).join(&hex[2..])
+        };
         let dir = tempfile::tempdir()?;
-        std::fs::create_dir_all(dir.path().join("ab").join(name(3)))?;
-        std::fs::write(dir.path().join("ab").join(name(1)), b"1")?;
-        std::fs::write(dir.path().join("ab/not-a-hash"), b"1")?;
+        std::fs::create_dir_all(path(dir.path(), digest("ab", 3)))?;
+        std::fs::write(path(dir.path(), digest("ab", 1)), b"1")?;
+        std::fs::write(dir.path().join("ab/not-a-digest"), b"1")?;
         let store = StoreDir::new(dir.path().to_owned());
         // The first question stats; the second lists the shard.
-        assert!(store.holds_file("ab", &name(1)));
-        assert!(store.holds_file("ab", &name(1)));
+        assert!(store.holds_digest(&digest("ab", 1)));
+        assert!(store.holds_digest(&digest("ab", 1)));
         assert_eq!(
-            store.regular_files("ab"),
-            HashSet::from_iter(HashTail::parse(&name(1))),
-            "the listing holds the one file named by a hash"
+            store.listed_digests("ab"),
+            HashSet::from_iter([digest("ab", 1)]),
+            "the listing holds the one file named by a digest"
         );
-        assert!(!store.holds_file("ab", &name(3)), "a folder is not a file");
-        assert!(!store.holds_file("ab", &name(2)));
         assert!(
-            store.holds_file("ab", "not-a-hash"),
-            "a name that is not a hash is stat'ed"
+            !store.holds_digest(&digest("ab", 3)),
+            "a folder is not a file"
         );
+        assert!(!store.holds_digest(&digest("ab", 2)));
         // A file that arrived after the listing is found by its stat.
-        std::fs::write(dir.path().join("ab").join(name(2)), b"2")?;
-        assert!(store.holds_file("ab", &name(2)));
+        std::fs::write(path(dir.path(), digest("ab", 2)), b"2")?;
+        assert!(store.holds_digest(&digest("ab", 2)));
         assert!(
-            !store.holds_file("cd", &name(1)),
+            !store.holds_digest(&digest("cd", 1)),
             "a missing shard holds nothing"
         );
-        assert!(!store.holds_file("cd", &name(1)));
+        assert!(!store.holds_digest(&digest("cd", 1)));
         // A shard too large to list is answered by stats alone.
         std::fs::create_dir_all(dir.path().join("ef"))?;
         for n in 0..=MAX_LISTED as u32 {
-            std::fs::write(dir.path().join("ef").join(name(n)), b"")?;
+            std::fs::write(path(dir.path(), digest("ef", n)), b"")?;
         }
-        assert!(store.holds_file("ef", &name(7)) && store.holds_file("ef", &name(7)));
-        assert!(store.regular_files("ef").is_empty(), "not listed");
+        assert!(store.holds_digest(&digest("ef", 7)) && store.holds_digest(&digest("ef", 7)));
+        assert!(store.listed_digests("ef").is_empty(), "not listed");
         Ok(())
     }
 
     #[test]
-    fn only_names_of_62_lowercase_hex_digits_are_hash_tails() {
+    fn only_a_shard_and_a_name_that_spell_a_digest_name_one() {
         let hex = "0123456789abcdef".repeat(4);
-        let tail = HashTail::parse(&hex[..62]).map(|tail| tail.0);
         assert_eq!(
-            tail.map(|bytes| bytes[..8].to_vec()),
-            Some(vec![0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef])
+            digest_named(&hex[..2], &hex[2..]).map(|digest| digest.to_hex().to_string()),
+            Some(hex.clone())
         );
-        assert_eq!(tail.map(|bytes| bytes[30]), Some(0xcd));
-        assert!(HashTail::parse(&hex[..61]).is_none());
-        assert!(HashTail::parse(&hex[..63]).is_none());
-        assert!(HashTail::parse(&hex[..62].to_uppercase()).is_none());
-        assert!(HashTail::parse(&format!("{}g", &hex[..61])).is_none());
+        assert!(digest_named(&hex[..2], &hex[2..63]).is_none());
+        assert!(digest_named(&hex[..2], &format!("{}0", &hex[2..])).is_none());
+        assert!(digest_named(&hex[..2], &hex[2..].to_uppercase()).is_none());
+        assert!(digest_named(&hex[..2], &format!("{}g", &hex[2..63])).is_none());
+        assert!(
+            digest_named(&hex[..3], &hex[3..]).is_none(),
+            "a shard is two digits"
+        );
     }
 }
