@@ -13,7 +13,7 @@ use fracflow_record::{
 };
 
 use crate::cache::{Cache, Hit, Staged};
-use crate::graph::{Graph, NodeIndex};
+use crate::graph::{Graph, NodeIndex, NodeMap};
 use crate::spec::NodeSpec;
 
 /// While nodes run, the manifest is rewritten at most this often; `events.jsonl` is appended for every node.
@@ -137,10 +137,8 @@ pub struct RunDir {
     /// Cache hits whose views are not linked yet, by node index, with the blob of each one's log (the rest of
     /// what the views show is in its record): made when a dependent that runs needs them, or when the run ends
     /// (see [`RunDir::finish`]), so a no-op does not write a directory per node. By index rather than in a map
-    /// by id: the map and its copies of the ids were 10 MB of a 100 000-node no-op.
-    deferred: Vec<Option<DeferredViews>>,
-    /// How many of `deferred` are set.
-    deferred_count: usize,
+    /// by id: the map and its copies of the ids were 10 MB of a 100 000-node no-op. Made at the first hit.
+    deferred: Option<NodeMap<DeferredViews>>,
     /// The run this one's `latest` link pointed at before it: a run that only repeats it borrows its views.
     previous: Option<PathBuf>,
 }
@@ -242,8 +240,7 @@ impl RunDir {
             pending_hits: Vec::new(),
             last_manifest_write: Instant::now(),
             checkpoint_spacing: Duration::ZERO,
-            deferred: Vec::new(),
-            deferred_count: 0,
+            deferred: None,
             previous: None,
         })
     }
@@ -350,16 +347,10 @@ impl RunDir {
     /// identical work share one key, and the second is served the first one's entry), returning its record;
     /// its views are linked when [`RunDir::materialize`] or [`RunDir::finish`] needs them.
     pub fn publish_hit(&mut self, graph: &Graph, index: NodeIndex, hit: Hit) -> &mut NodeRecord {
-        if self.deferred.len() < graph.len() {
-            self.deferred.resize(graph.len(), None);
-        }
         let log = hit.log.as_ref().map(|log| log.hash);
-        if self.deferred[index.index()]
-            .replace(DeferredViews { log })
-            .is_none()
-        {
-            self.deferred_count += 1;
-        }
+        self.deferred
+            .get_or_insert_with(|| NodeMap::for_graph(graph))
+            .insert(index, DeferredViews { log });
         let spec = graph.spec(index);
         record_hit(&mut self.manifest.nodes, &spec.id, &spec.kind, hit)
     }
@@ -372,11 +363,12 @@ impl RunDir {
         graph: &Graph,
         index: NodeIndex,
     ) -> io::Result<()> {
-        match self.deferred.get_mut(index.index()).and_then(Option::take) {
-            Some(views) => {
-                self.deferred_count -= 1;
-                self.link_views(cache, &graph.spec(index).id, views.log.as_ref())
-            }
+        match self
+            .deferred
+            .as_mut()
+            .and_then(|deferred| deferred.remove(index))
+        {
+            Some(views) => self.link_views(cache, &graph.spec(index).id, views.log.as_ref()),
             None => Ok(()),
         }
     }
@@ -434,23 +426,22 @@ impl RunDir {
     /// every node, so a no-op writes a fixed number of files of a fixed size. Otherwise each view is linked
     /// from the cache.
     pub fn settle_views(&mut self, cache: &Cache, graph: &Graph) -> io::Result<()> {
-        if self.deferred_count == 0 {
+        let Some(deferred) = self.deferred.take() else {
+            return Ok(());
+        };
+        let count = deferred.values().count();
+        if count == 0 {
             return Ok(());
         }
-        if self.deferred_count == self.manifest.nodes.len()
+        if count == self.manifest.nodes.len()
             && let Some(base) = self.repeat_previous(graph)
         {
             self.manifest.repeats = Some(base);
-        } else {
-            for (index, views) in self.deferred.iter().enumerate() {
-                if let Some(views) = views {
-                    let node = &graph.spec(NodeIndex::new(index)).id;
-                    self.link_views(cache, node, views.log.as_ref())?;
-                }
-            }
+            return Ok(());
         }
-        self.deferred = Vec::new();
-        self.deferred_count = 0;
+        for (index, views) in deferred.iter() {
+            self.link_views(cache, &graph.spec(index).id, views.log.as_ref())?;
+        }
         Ok(())
     }
 
