@@ -512,25 +512,13 @@ mod tests {
     /// whatever order the graph holds them (here numeric, where ids sort as text).
     #[test]
     fn upstream_from_the_graph_keys_as_the_map_of_its_ids() {
-        let node = |id: String, deps: Vec<String>| crate::NodeSpec {
-            id: id.clone(),
-            name: id,
-            kind: "command".into(),
-            config: crate::Settings::new(),
-            point: crate::Settings::new(),
-            deps,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            resources: Vec::new(),
-            retries: 0,
-            timeout: None,
-            estimate: None,
-            origin: crate::Origin::default(),
-        };
         let ids: Vec<String> = (0..25).map(|i| format!("p[a={i}]")).collect();
-        let mut specs: Vec<crate::NodeSpec> =
-            ids.iter().map(|id| node(id.clone(), Vec::new())).collect();
-        specs.push(node("agg".into(), ids.clone()));
+        let deps: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut specs: Vec<crate::NodeSpec> = deps
+            .iter()
+            .map(|id| crate::NodeSpec::for_test(id, &[]))
+            .collect();
+        specs.push(crate::NodeSpec::for_test("agg", &deps));
         let graph = Graph::build(specs).expect("a DAG");
         let agg = graph.index("agg").expect("agg");
         let contribution = |index: NodeIndex| Digest::of(graph.spec(index).id.as_bytes());

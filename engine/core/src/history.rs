@@ -115,25 +115,7 @@ mod tests {
 
     use super::*;
     use crate::run::{RunDir, test_meta};
-    use crate::spec::{NodeSpec, Origin};
-
-    fn node(id: &str, deps: &[&str]) -> NodeSpec {
-        NodeSpec {
-            id: id.to_owned(),
-            name: id.to_owned(),
-            kind: "command".to_owned(),
-            config: crate::Settings::new(),
-            point: crate::Settings::new(),
-            deps: deps.iter().map(|d| (*d).to_owned()).collect(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            resources: Vec::new(),
-            retries: 0,
-            timeout: None,
-            estimate: None,
-            origin: Origin::default(),
-        }
-    }
+    use crate::spec::NodeSpec;
 
     /// The key a test names `name`.
     fn key(name: &str) -> Digest {
@@ -216,9 +198,9 @@ mod tests {
     fn dependency_outputs_lists_each_dependency_or_names_the_missing_one() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let graph = Graph::build(vec![
-            node("a", &[]),
-            node("b/x", &[]),
-            node("plot", &["a", "b/x"]),
+            NodeSpec::for_test("a", &[]),
+            NodeSpec::for_test("b/x", &[]),
+            NodeSpec::for_test("plot", &["a", "b/x"]),
         ])
         .map_err(|e| io::Error::other(format!("{e:?}")))?;
         let plot = graph

@@ -109,6 +109,28 @@ pub struct NodeSpec {
     pub origin: Origin,
 }
 
+#[cfg(test)]
+impl NodeSpec {
+    /// A `command` node named `id` that depends on `deps` and has nothing else, for the crate's unit tests.
+    pub(crate) fn for_test(id: &str, deps: &[&str]) -> NodeSpec {
+        NodeSpec {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            kind: "command".to_owned(),
+            config: Settings::new(),
+            point: Settings::new(),
+            deps: deps.iter().map(|d| (*d).to_owned()).collect(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            resources: Vec::new(),
+            retries: 0,
+            timeout: None,
+            estimate: None,
+            origin: Origin::default(),
+        }
+    }
+}
+
 /// A loaded pipeline: its nodes in declaration order and its named targets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pipeline {
