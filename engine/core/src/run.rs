@@ -7,6 +7,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
+
 use fracflow_record::{
     AppendFile, Digest, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Publish,
     RunManifest, RunStatus,
@@ -14,7 +18,7 @@ use fracflow_record::{
 
 use crate::cache::{Cache, Hit, Staged};
 use crate::graph::{Graph, NodeIndex, NodeMap};
-use crate::spec::NodeSpec;
+use crate::spec::{NodeSpec, Settings};
 
 /// While nodes run, the manifest is rewritten at most this often; `events.jsonl` is appended for every node.
 const MANIFEST_INTERVAL: Duration = Duration::from_millis(200);
@@ -122,7 +126,7 @@ pub fn node_dir_name(id: &str) -> String {
 #[derive(Debug)]
 pub struct RunDir {
     dir: PathBuf,
-    manifest: RunManifest,
+    manifest: RunManifest<RunParams>,
     files: Files,
     /// `events.jsonl`, appended to in whole lines. Held open for the whole run: that is how `status` tells a
     /// live run from a dead one.
@@ -194,7 +198,7 @@ impl RunDir {
             repeats: None,
             // Filled when a whole manifest is first written (`fill_params`): a no-op that repeats the previous
             // run never writes one, and building every node's params was a sixth of its memory.
-            params: BTreeMap::new(),
+            params: RunParams::Unfilled,
             nodes: BTreeMap::new(),
         };
         let mut run = RunDir::with_manifest(files, dir, manifest)?;
@@ -213,16 +217,14 @@ impl RunDir {
     /// Continues writing into an existing run directory (`--resume RUN_DIR`); `graph` gives the params of a run
     /// stopped before its manifest held them.
     pub fn resume(dir: &Path, graph: &Graph) -> io::Result<RunDir> {
-        let mut manifest = read_manifest(dir)?;
+        let mut manifest = read_manifest(dir)?.map_params(RunParams::Values);
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
         // Resumed, it is no longer a repeat: what it builds now is its own (its whole manifest replaces the
         // link, and its repeat.json goes).
         manifest.repeats = None;
-        if manifest.params.is_empty() {
-            manifest.params = params_of(graph);
-        }
+        manifest.params.fill(graph)?;
         let files = Files::real();
         files.create_dir_all(&dir.join("logs"))?;
         let mut run = RunDir::with_manifest(files, dir.to_owned(), manifest)?;
@@ -231,7 +233,11 @@ impl RunDir {
         Ok(run)
     }
 
-    fn with_manifest(files: Files, dir: PathBuf, manifest: RunManifest) -> io::Result<RunDir> {
+    fn with_manifest(
+        files: Files,
+        dir: PathBuf,
+        manifest: RunManifest<RunParams>,
+    ) -> io::Result<RunDir> {
         Ok(RunDir {
             events: files.open_append(&dir.join("events.jsonl"))?,
             dir,
@@ -253,7 +259,7 @@ impl RunDir {
         &self.manifest.run_id
     }
 
-    pub fn manifest(&self) -> &RunManifest {
+    pub fn manifest(&self) -> &RunManifest<RunParams> {
         &self.manifest
     }
 
@@ -508,7 +514,8 @@ impl RunDir {
                 .next_if(|(id, _)| *id == node)
                 .is_some_and(|(_, record)| record.key.is_some());
             if !keyed {
-                serde_json::to_writer(&mut text, &params_value(spec)).map_err(io::Error::other)?;
+                serde_json::to_writer(&mut text, &NodeParams::of(spec))
+                    .map_err(io::Error::other)?;
             }
             text.push(2);
             if text.len() >= CHUNK {
@@ -576,7 +583,7 @@ impl RunDir {
             return Ok(None);
         }
         let making = Instant::now();
-        self.fill_params(graph);
+        self.manifest.params.fill(graph)?;
         let bytes = self.manifest_bytes(ManifestForm::Whole)?;
         self.last_manifest_write = Instant::now();
         self.checkpoint_spacing = (self.last_manifest_write - making) * CHECKPOINT_COST_FACTOR;
@@ -585,13 +592,6 @@ impl RunDir {
             path: self.dir.join(MANIFEST_FILE),
             bytes,
         }))
-    }
-
-    /// Records every node's params, once, before the first whole manifest is written.
-    fn fill_params(&mut self, graph: &Graph) {
-        if self.manifest.params.is_empty() {
-            self.manifest.params = params_of(graph);
-        }
     }
 
     /// Writes the manifest durably. A repeat's own fields go to `repeat.json` and `manifest.json` becomes a
@@ -617,7 +617,7 @@ impl RunDir {
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
     /// was half the bytes a no-op wrote.
     fn manifest_bytes(&mut self, form: ManifestForm) -> io::Result<Vec<u8>> {
-        let small = self.manifest.params.len() < SMALL_PIPELINE;
+        let small = self.manifest.params.is_small();
         let records = match form {
             ManifestForm::Whole => None,
             ManifestForm::Head => Some((
@@ -651,7 +651,7 @@ impl RunDir {
         self.flush_events()?;
         self.events.sync()?;
         if self.manifest.repeats.is_none() {
-            self.fill_params(graph);
+            self.manifest.params.fill(graph)?;
         }
         self.write_manifest()?;
         let complete = self.manifest.nodes.values().all(|record| {
@@ -773,21 +773,93 @@ enum ManifestForm {
     Head,
 }
 
-/// Every node's resolved parameters (its point and config), as the manifest records them.
-fn params_of(graph: &Graph) -> BTreeMap<String, serde_json::Value> {
-    graph
-        .topological()
-        .iter()
-        .map(|&i| {
-            let spec = graph.spec(i);
-            (spec.id.clone(), params_value(spec))
-        })
-        .collect()
+/// A running run's node params, in the manifest's `params`: each node's point and config, by id.
+#[derive(Debug, Clone, Default)]
+pub enum RunParams {
+    /// Not recorded yet (written as `{}`): a run's first manifest, and a no-op that repeats the previous run
+    /// and never writes its own.
+    #[default]
+    Unfilled,
+    /// As values: read back from the manifest of a resumed run, or made for a pipeline small enough to be
+    /// written indented.
+    Values(BTreeMap<String, serde_json::Value>),
+    /// Written once as the compact JSON a large pipeline's manifest holds: about 100 bytes a node, where a
+    /// value per node took six times that, held to the run's end.
+    Json(Box<RawValue>),
 }
 
-/// What the manifest records as a node's params.
-fn params_value(spec: &NodeSpec) -> serde_json::Value {
-    serde_json::json!({"point": spec.point, "config": spec.config})
+impl RunParams {
+    /// Records every node's params from `graph`, once, before the first whole manifest is written.
+    fn fill(&mut self, graph: &Graph) -> io::Result<()> {
+        if !matches!(self, RunParams::Unfilled) {
+            return Ok(());
+        }
+        let mut ids: Vec<NodeIndex> = graph.topological().to_vec();
+        ids.sort_unstable_by(|&a, &b| graph.spec(a).id.cmp(&graph.spec(b).id));
+        *self = if ids.len() < SMALL_PIPELINE {
+            let params = ids.iter().map(|&i| {
+                let spec = graph.spec(i);
+                serde_json::to_value(NodeParams::of(spec)).map(|value| (spec.id.clone(), value))
+            });
+            RunParams::Values(params.collect::<Result<_, _>>().map_err(io::Error::other)?)
+        } else {
+            let json = serde_json::to_string(&ParamsInOrder { graph, ids: &ids })
+                .and_then(RawValue::from_string)
+                .map_err(io::Error::other)?;
+            RunParams::Json(json)
+        };
+        Ok(())
+    }
+
+    /// Whether the manifest is written indented: not when it holds a large pipeline's params.
+    fn is_small(&self) -> bool {
+        match self {
+            RunParams::Unfilled => true,
+            RunParams::Values(params) => params.len() < SMALL_PIPELINE,
+            RunParams::Json(_) => false,
+        }
+    }
+}
+
+impl Serialize for RunParams {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RunParams::Unfilled => serializer.serialize_map(Some(0))?.end(),
+            RunParams::Values(params) => params.serialize(serializer),
+            RunParams::Json(json) => json.serialize(serializer),
+        }
+    }
+}
+
+/// What the manifest records as a node's params; fields in the order a JSON object's keys sort.
+#[derive(Serialize)]
+struct NodeParams<'a> {
+    config: &'a Settings,
+    point: &'a Settings,
+}
+
+impl<'a> NodeParams<'a> {
+    fn of(spec: &'a NodeSpec) -> NodeParams<'a> {
+        NodeParams {
+            config: &spec.config,
+            point: &spec.point,
+        }
+    }
+}
+
+/// The params of the nodes `ids` (sorted by id), as a map from id, written without a map of their own.
+struct ParamsInOrder<'a> {
+    graph: &'a Graph,
+    ids: &'a [NodeIndex],
+}
+
+impl Serialize for ParamsInOrder<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.ids.iter().map(|&i| {
+            let spec = self.graph.spec(i);
+            (&spec.id, NodeParams::of(spec))
+        }))
+    }
 }
 
 /// The testbed whose runs own the plain `latest` link (the CLI's default `--testbed`).
@@ -973,6 +1045,55 @@ mod tests {
             run.record_mut(id, "command").key = key;
         }
         assert_eq!(run.views_digest(&graph)?, before);
+        Ok(())
+    }
+
+    /// A large pipeline's params are written from the graph as compact JSON, a small one's held as values; in
+    /// both, the manifest says what a map of each node's `{"config", "point"}` values says, byte for byte.
+    #[test]
+    fn params_are_written_as_a_map_of_values_says_them() -> io::Result<()> {
+        for nodes in [3, SMALL_PIPELINE + 1] {
+            let specs: Vec<NodeSpec> = (0..nodes)
+                .rev()
+                .map(|i| {
+                    let mut spec = NodeSpec::for_test(&format!("p[a={i},b=x]"), &[]);
+                    spec.point = Settings::from([
+                        ("b".to_owned(), serde_json::json!("x")),
+                        ("a".to_owned(), serde_json::json!(i)),
+                    ]);
+                    spec.config = Settings::from([(
+                        "run".to_owned(),
+                        serde_json::json!(format!("echo {i} > \"$FRACFLOW_OUT/o\"")),
+                    )]);
+                    spec
+                })
+                .collect();
+            let graph = Graph::build(specs).map_err(|e| io::Error::other(format!("{e:?}")))?;
+            let as_values: BTreeMap<String, serde_json::Value> = graph
+                .specs()
+                .map(|spec| {
+                    let value = serde_json::json!({"point": spec.point, "config": spec.config});
+                    (spec.id.clone(), value)
+                })
+                .collect();
+            let mut params = RunParams::Unfilled;
+            params.fill(&graph)?;
+            assert_eq!(params.is_small(), nodes < SMALL_PIPELINE);
+            let expected = if params.is_small() {
+                serde_json::to_string_pretty(&as_values)
+            } else {
+                serde_json::to_string(&as_values)
+            };
+            let written = if params.is_small() {
+                serde_json::to_string_pretty(&params)
+            } else {
+                serde_json::to_string(&params)
+            };
+            assert_eq!(
+                written.map_err(io::Error::other)?,
+                expected.map_err(io::Error::other)?
+            );
+        }
         Ok(())
     }
 

@@ -53,7 +53,7 @@ pub fn verdict_counts(expectations: &[ExpectationResult]) -> String {
 /// Where a run's numbers came from, as its manifest records it; `client` says how requests were made. A repeat's
 /// numbers (and figures) are those of the run it repeated, so that run is named: a figure it re-draws, and one
 /// `verify` re-draws from its bundle, says what the figure drawn in that run says.
-pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
+pub fn provenance<P>(manifest: &RunManifest<P>, client: &str) -> Provenance {
     Provenance {
         pipeline: manifest.pipeline.clone(),
         run_id: manifest
@@ -75,7 +75,7 @@ pub fn provenance(manifest: &RunManifest, client: &str) -> Provenance {
 /// e.g. `fRAC device; real fperf through the adapter`), else the tools its aggregate tables name in their
 /// `source` column. The run's report page and `fracflow plot` both stamp this, so a re-drawn figure says what
 /// the run measured with, not what this build would.
-pub fn run_provenance(run_dir: &Path, manifest: &RunManifest) -> Provenance {
+pub fn run_provenance<P>(run_dir: &Path, manifest: &RunManifest<P>) -> Provenance {
     let mut measured: Vec<String> = Vec::new();
     let mut tables = Vec::new();
     for (id, record) in &manifest.nodes {
@@ -122,9 +122,9 @@ pub fn run_provenance(run_dir: &Path, manifest: &RunManifest) -> Provenance {
 /// Writes `<run_dir>/report.html` for the run whose manifest is `manifest` (the run's own, in memory: reading
 /// back what was just written was a tenth of a large no-op); `cache` supplies the tool versions recorded in each
 /// node's fingerprint.
-pub fn write_run_report(
+pub fn write_run_report<P>(
     run_dir: &Path,
-    manifest: &RunManifest,
+    manifest: &RunManifest<P>,
     cache: &Cache,
 ) -> Result<ReportSummary, String> {
     let node_dir = |id: &str| PathBuf::from("nodes").join(node_dir_name(id));

@@ -80,8 +80,10 @@ pub struct GitState {
     pub dirty: bool,
 }
 
+/// `P` is how the params are held: read back, a map of values (the default); a running run keeps them in the
+/// form it writes (`core::run::RunParams`), since a value per node was the larger part of a large run's memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunManifest {
+pub struct RunManifest<P = BTreeMap<String, serde_json::Value>> {
     pub format_version: u32,
     pub engine_version: String,
     pub pipeline: String,
@@ -110,7 +112,31 @@ pub struct RunManifest {
     pub repeats: Option<String>,
     /// Resolved parameters of every node, by node id.
     #[serde(default)]
-    pub params: BTreeMap<String, serde_json::Value>,
+    pub params: P,
     #[serde(default)]
     pub nodes: BTreeMap<String, NodeRecord>,
+}
+
+impl<P> RunManifest<P> {
+    /// The same manifest with its params held as `params` makes them.
+    pub fn map_params<Q>(self, params: impl FnOnce(P) -> Q) -> RunManifest<Q> {
+        RunManifest {
+            format_version: self.format_version,
+            engine_version: self.engine_version,
+            pipeline: self.pipeline,
+            run_id: self.run_id,
+            command: self.command,
+            host: self.host,
+            testbed: self.testbed,
+            testbed_profile: self.testbed_profile,
+            git: self.git,
+            started: self.started,
+            resumed: self.resumed,
+            finished: self.finished,
+            status: self.status,
+            repeats: self.repeats,
+            params: params(self.params),
+            nodes: self.nodes,
+        }
+    }
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fracflow_core::run::RunMeta;
+use fracflow_core::run::{RunMeta, RunParams};
 use fracflow_core::{
     Cache, Cancel, Engine, Executor, Fingerprint, Graph, Job, KindInfo, Kinds, NodeError, NodeSpec,
     Observer, Origin, Outcome, RunDir, RunOptions, StatCache,
@@ -187,7 +187,7 @@ fn run(
     files: &Files,
     nodes: &[NodeSpec],
     observer: &mut dyn Observer,
-) -> (RunStatus, RunManifest, Vec<String>) {
+) -> (RunStatus, RunManifest<RunParams>, Vec<String>) {
     let graph = Graph::build(nodes.to_vec()).expect("a valid graph");
     let cache = Cache::open_with(&top.join("cache"), files.clone()).expect("the cache opens");
     let stat = StatCache::load(&cache.stat_cache_file());
@@ -338,7 +338,10 @@ fn workload(top: &Path, files: &Files, reported: &mut Reported) -> BTreeMap<Stri
 }
 
 /// Each node's output as its run directory shows it; a missing one is an error that names it.
-fn outputs(run_dir: &Path, manifest: &RunManifest) -> Result<BTreeMap<String, Vec<u8>>, String> {
+fn outputs<P>(
+    run_dir: &Path,
+    manifest: &RunManifest<P>,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
     manifest
         .nodes
         .keys()
