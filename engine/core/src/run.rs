@@ -12,8 +12,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
 use fracflow_record::{
-    AppendFile, Digest, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Publish,
-    RunManifest, RunStatus,
+    AppendFile, Digest, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Prepared,
+    Publish, RunManifest, RunStatus,
 };
 
 use crate::cache::{Cache, Hit, Staged};
@@ -571,8 +571,8 @@ impl RunDir {
 
     /// The manifest as it stands, when its last write is old enough: `ran` (a node finished or failed) at most
     /// every `MANIFEST_INTERVAL`, a cache hit at most every `HITS_MANIFEST_INTERVAL`, and never sooner than
-    /// [`CHECKPOINT_COST_FACTOR`] times what making the last one took. The caller writes it
-    /// ([`Checkpoint::write`]) off the scheduler's thread, since the write syncs.
+    /// [`CHECKPOINT_COST_FACTOR`] times what making the last one took. It is written into a temporary file here;
+    /// the caller publishes it ([`Checkpoint::write`]) off the scheduler's thread, since that syncs.
     pub fn checkpoint(&mut self, ran: bool, graph: &Graph) -> io::Result<Option<Checkpoint>> {
         let interval = if ran {
             MANIFEST_INTERVAL
@@ -584,14 +584,10 @@ impl RunDir {
         }
         let making = Instant::now();
         self.manifest.params.fill(graph)?;
-        let bytes = self.manifest_bytes(ManifestForm::Whole)?;
+        let file = self.prepare_manifest(MANIFEST_FILE, ManifestForm::Whole, Publish::Whole)?;
         self.last_manifest_write = Instant::now();
         self.checkpoint_spacing = (self.last_manifest_write - making) * CHECKPOINT_COST_FACTOR;
-        Ok(Some(Checkpoint {
-            files: self.files.clone(),
-            path: self.dir.join(MANIFEST_FILE),
-            bytes,
-        }))
+        Ok(Some(Checkpoint(file)))
     }
 
     /// Writes the manifest durably. A repeat's own fields go to `repeat.json` and `manifest.json` becomes a
@@ -601,22 +597,37 @@ impl RunDir {
         let Some(base) = self.manifest.repeats.clone() else {
             return self.write_manifest_as(ManifestForm::Whole);
         };
-        let bytes = self.manifest_bytes(ManifestForm::Head)?;
-        self.files
-            .publish(&self.dir.join(REPEAT_FILE), &bytes, Publish::Durable)?;
+        self.prepare_manifest(REPEAT_FILE, ManifestForm::Head, Publish::Durable)?
+            .publish()?;
         let target = Path::new("..").join(&base).join(MANIFEST_FILE);
         replace_with_link(&self.files, &self.dir, MANIFEST_FILE, &target)
     }
 
     fn write_manifest_as(&mut self, form: ManifestForm) -> io::Result<()> {
-        let bytes = self.manifest_bytes(form)?;
-        self.files
-            .publish(&self.dir.join(MANIFEST_FILE), &bytes, Publish::Durable)
+        self.prepare_manifest(MANIFEST_FILE, form, Publish::Durable)?
+            .publish()
+    }
+
+    /// The manifest written in `form` into a temporary beside `<run>/<name>`, to be published there: written
+    /// as it is serialized, where the bytes of a large run's manifest held whole were its largest allocation.
+    fn prepare_manifest(
+        &mut self,
+        name: &str,
+        form: ManifestForm,
+        how: Publish,
+    ) -> io::Result<Prepared> {
+        let path = self.dir.join(name);
+        let files = self.files.clone();
+        files.prepare(&path, how, |out| self.serialize_manifest(form, out))
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation
     /// was half the bytes a no-op wrote.
-    fn manifest_bytes(&mut self, form: ManifestForm) -> io::Result<Vec<u8>> {
+    fn serialize_manifest(
+        &mut self,
+        form: ManifestForm,
+        out: &mut dyn io::Write,
+    ) -> io::Result<()> {
         let small = self.manifest.params.is_small();
         let records = match form {
             ManifestForm::Whole => None,
@@ -625,16 +636,16 @@ impl RunDir {
                 std::mem::take(&mut self.manifest.nodes),
             )),
         };
-        let bytes = if small {
-            serde_json::to_vec_pretty(&self.manifest)
+        let written = if small {
+            serde_json::to_writer_pretty(&mut *out, &self.manifest)
         } else {
-            serde_json::to_vec(&self.manifest)
+            serde_json::to_writer(&mut *out, &self.manifest)
         };
         if let Some((params, nodes)) = records {
             self.manifest.params = params;
             self.manifest.nodes = nodes;
         }
-        bytes.map_err(io::Error::other)
+        written.map_err(io::Error::other)
     }
 
     /// Makes the deferred views, records the final status and writes the manifest one last time; saves the
@@ -675,20 +686,16 @@ impl RunDir {
     }
 }
 
-/// A run's manifest between two nodes, to be written by [`Checkpoint::write`].
+/// A run's manifest between two nodes, written beside `manifest.json`, to be published by [`Checkpoint::write`].
 #[derive(Debug)]
-pub struct Checkpoint {
-    files: Files,
-    path: PathBuf,
-    bytes: Vec<u8>,
-}
+pub struct Checkpoint(Prepared);
 
 impl Checkpoint {
-    /// Publishes it whole but not durably (its data synced, its rename not): power loss may bring back an
+    /// Publishes it (dropped instead, its file goes) whole but not durably (its data synced, its rename not): power loss may bring back an
     /// older manifest, never a torn one. The cache is the durable record of completed work, the manifest a
     /// view of it, written durably by [`RunDir::finish`].
     pub fn write(self) -> io::Result<()> {
-        self.files.publish(&self.path, &self.bytes, Publish::Whole)
+        self.0.publish()
     }
 }
 

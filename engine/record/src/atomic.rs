@@ -11,7 +11,7 @@
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -271,6 +271,19 @@ impl Files {
 
     /// Publishes `bytes` at `path` through a temporary beside it and a rename, synced as `how` says.
     pub fn publish(&self, path: &Path, bytes: &[u8], how: Publish) -> io::Result<()> {
+        self.prepare(path, how, |out| out.write_all(bytes))?
+            .publish()
+    }
+
+    /// Writes what `write` writes into a temporary beside `path`, to be published there by
+    /// [`Prepared::publish`], synced as `how` says. A large file is thus written as it is made, never held
+    /// whole, and its sync and rename can wait for another thread.
+    pub fn prepare(
+        &self,
+        path: &Path,
+        how: Publish,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<Prepared> {
         let dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -292,21 +305,61 @@ impl Files {
         let mut tmp_name = name.to_os_string();
         tmp_name.push(format!(".{}.part", unique_suffix()));
         let tmp = dir.join(tmp_name);
-        let result = (|| {
-            self.write_new(&tmp, bytes)?;
-            if how != Publish::Unsynced {
-                self.sync_file(&tmp)?;
-            }
-            self.rename(&tmp, path)?;
-            if how == Publish::Durable {
-                self.sync_dir(dir)?;
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = self.remove_file(&tmp);
+        let file = self.create_new(&tmp)?;
+        // Dropped on an error, the temporary goes.
+        let prepared = Prepared {
+            files: self.clone(),
+            tmp,
+            dir: dir.to_owned(),
+            path: path.to_owned(),
+            how,
+            renamed: false,
+        };
+        let mut file = io::BufWriter::with_capacity(PREPARE_BUFFER, file);
+        write(&mut file)?;
+        file.into_inner()
+            .map_err(io::IntoInnerError::into_error)?
+            .flush()?;
+        Ok(prepared)
+    }
+}
+
+/// The buffer a prepared file is written through: calls on a [`FileOps`] are whole writes, and a serializer
+/// writes a few bytes at a time.
+const PREPARE_BUFFER: usize = 256 * 1024;
+
+/// A file written under a temporary name ([`Files::prepare`]) and not published yet. Dropped unpublished (or
+/// when publishing fails), its temporary is removed.
+#[derive(Debug)]
+pub struct Prepared {
+    files: Files,
+    tmp: PathBuf,
+    dir: PathBuf,
+    path: PathBuf,
+    how: Publish,
+    renamed: bool,
+}
+
+impl Prepared {
+    /// Syncs it as its [`Publish`] level says and renames it into place.
+    pub fn publish(mut self) -> io::Result<()> {
+        if self.how != Publish::Unsynced {
+            self.files.sync_file(&self.tmp)?;
         }
-        result
+        self.files.rename(&self.tmp, &self.path)?;
+        self.renamed = true;
+        if self.how == Publish::Durable {
+            self.files.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if !self.renamed {
+            let _ = self.files.remove_file(&self.tmp);
+        }
     }
 }
 
@@ -380,6 +433,42 @@ mod tests {
         assert_eq!(fs::read(&path)?, b"two");
         let names: Vec<_> = fs::read_dir(dir.path())?.collect::<Result<_, _>>()?;
         assert_eq!(names.len(), 1, "only the published file remains");
+        Ok(())
+    }
+
+    /// A prepared file is in place only once published; dropped, or failed while written, it leaves the old
+    /// file and no temporary.
+    #[test]
+    fn a_prepared_file_appears_only_when_published() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("manifest.json");
+        let files = Files::real();
+        files.publish(&path, b"old", Publish::Durable)?;
+        let listing = || -> io::Result<Vec<String>> {
+            let mut names: Vec<String> = fs::read_dir(dir.path())?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<_, _>>()?;
+            names.sort();
+            Ok(names)
+        };
+        let large = vec![b'x'; 3 * PREPARE_BUFFER + 7];
+        let prepared = files.prepare(&path, Publish::Whole, |out| out.write_all(&large))?;
+        assert_eq!(listing()?.len(), 2, "the temporary beside the old file");
+        assert_eq!(fs::read(&path)?, b"old");
+        drop(prepared);
+        assert_eq!(listing()?, ["manifest.json"]);
+        let failed = files.prepare(&path, Publish::Whole, |out| {
+            out.write_all(&large)?;
+            Err(io::Error::other("the serializer failed"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(listing()?, ["manifest.json"]);
+        assert_eq!(fs::read(&path)?, b"old");
+        files
+            .prepare(&path, Publish::Durable, |out| out.write_all(&large))?
+            .publish()?;
+        assert_eq!(listing()?, ["manifest.json"]);
+        assert_eq!(fs::read(&path)?, large);
         Ok(())
     }
 

@@ -18,8 +18,8 @@ pub mod sortedmap;
 pub mod table;
 
 pub use atomic::{
-    AppendFile, FileOps, Files, Publish, RealFiles, atomic_replace, atomic_write, fsync_dir,
-    unique_suffix,
+    AppendFile, FileOps, Files, Prepared, Publish, RealFiles, atomic_replace, atomic_write,
+    fsync_dir, unique_suffix,
 };
 pub use by_thread::SAMPLES_BY_THREAD_FILE;
 pub use digest::Digest;
