@@ -217,7 +217,7 @@ impl RunDir {
     /// Continues writing into an existing run directory (`--resume RUN_DIR`); `graph` gives the params of a run
     /// stopped before its manifest held them.
     pub fn resume(dir: &Path, graph: &Graph) -> io::Result<RunDir> {
-        let mut manifest = read_manifest(dir)?.map_params(RunParams::Values);
+        let mut manifest = read_manifest(dir)?.map_params(RunParams::recorded);
         manifest.resumed.push(now_rfc3339());
         manifest.status = RunStatus::Running;
         manifest.finished = None;
@@ -796,6 +796,15 @@ pub enum RunParams {
 }
 
 impl RunParams {
+    /// The params a manifest recorded; none (a run stopped before its first checkpoint) is not filled yet.
+    fn recorded(params: BTreeMap<String, serde_json::Value>) -> RunParams {
+        if params.is_empty() {
+            RunParams::Unfilled
+        } else {
+            RunParams::Values(params)
+        }
+    }
+
     /// Records every node's params from `graph`, once, before the first whole manifest is written.
     fn fill(&mut self, graph: &Graph) -> io::Result<()> {
         if !matches!(self, RunParams::Unfilled) {
@@ -1101,6 +1110,31 @@ mod tests {
                 expected.map_err(io::Error::other)?
             );
         }
+        Ok(())
+    }
+
+    /// A run stopped before its first checkpoint recorded no params; resumed, its manifest gets the graph's.
+    /// One that recorded them keeps what it recorded.
+    #[test]
+    fn a_resumed_run_records_the_params_it_lacked() -> io::Result<()> {
+        let top = tempfile::tempdir()?;
+        let dir = RunDir::create(&top.path().join("results"), "test", &test_meta())?
+            .dir
+            .clone();
+        let mut spec = NodeSpec::for_test("p[a=1]", &[]);
+        spec.point = Settings::from([("a".to_owned(), serde_json::json!(1))]);
+        let graph = Graph::build(vec![spec]).map_err(|e| io::Error::other(format!("{e:?}")))?;
+        assert!(read_manifest(&dir)?.params.is_empty());
+        drop(RunDir::resume(&dir, &graph)?);
+        let recorded = read_manifest(&dir)?.params;
+        assert_eq!(
+            recorded["p[a=1]"],
+            serde_json::json!({"config": {}, "point": {"a": 1}})
+        );
+        let other = Graph::build(vec![NodeSpec::for_test("q", &[])])
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        drop(RunDir::resume(&dir, &other)?);
+        assert_eq!(read_manifest(&dir)?.params, recorded);
         Ok(())
     }
 
