@@ -34,6 +34,9 @@ const CHECKPOINT_COST_FACTOR: u32 = 50;
 /// Below this many nodes the manifest is written indented, to be read by eye.
 const SMALL_PIPELINE: usize = 1000;
 
+/// The buffer a manifest is serialized through, a few bytes per call, on its way to the file.
+const MANIFEST_BUFFER: usize = 256 * 1024;
+
 /// The file holding a run's [`RunDir::views_digest`].
 const VIEWS_DIGEST: &str = "views.digest";
 
@@ -618,7 +621,11 @@ impl RunDir {
     ) -> io::Result<Prepared> {
         let path = self.dir.join(name);
         let files = self.files.clone();
-        files.prepare(&path, how, |out| self.serialize_manifest(form, out))
+        files.prepare(&path, how, |file| {
+            let mut out = io::BufWriter::with_capacity(MANIFEST_BUFFER, file);
+            self.serialize_manifest(form, &mut out)?;
+            io::Write::flush(&mut out)
+        })
     }
 
     /// Indented for a pipeline small enough to be read by eye; one line for a large one, where indentation

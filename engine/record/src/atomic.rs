@@ -277,7 +277,8 @@ impl Files {
 
     /// Writes what `write` writes into a temporary beside `path`, to be published there by
     /// [`Prepared::publish`], synced as `how` says. A large file is thus written as it is made, never held
-    /// whole, and its sync and rename can wait for another thread.
+    /// whole, and its sync and rename can wait for another thread. `write` gets the file unbuffered: one that
+    /// writes a few bytes at a time buffers them itself.
     pub fn prepare(
         &self,
         path: &Path,
@@ -305,7 +306,7 @@ impl Files {
         let mut tmp_name = name.to_os_string();
         tmp_name.push(format!(".{}.part", unique_suffix()));
         let tmp = dir.join(tmp_name);
-        let file = self.create_new(&tmp)?;
+        let mut file = self.create_new(&tmp)?;
         // Dropped on an error, the temporary goes.
         let prepared = Prepared {
             files: self.clone(),
@@ -315,18 +316,11 @@ impl Files {
             how,
             renamed: false,
         };
-        let mut file = io::BufWriter::with_capacity(PREPARE_BUFFER, file);
         write(&mut file)?;
-        file.into_inner()
-            .map_err(io::IntoInnerError::into_error)?
-            .flush()?;
+        file.flush()?;
         Ok(prepared)
     }
 }
-
-/// The buffer a prepared file is written through: calls on a [`FileOps`] are whole writes, and a serializer
-/// writes a few bytes at a time.
-const PREPARE_BUFFER: usize = 256 * 1024;
 
 /// A file written under a temporary name ([`Files::prepare`]) and not published yet. Dropped unpublished (or
 /// when publishing fails), its temporary is removed.
@@ -451,7 +445,7 @@ mod tests {
             names.sort();
             Ok(names)
         };
-        let large = vec![b'x'; 3 * PREPARE_BUFFER + 7];
+        let large = vec![b'x'; 1 << 20];
         let prepared = files.prepare(&path, Publish::Whole, |out| out.write_all(&large))?;
         assert_eq!(listing()?.len(), 2, "the temporary beside the old file");
         assert_eq!(fs::read(&path)?, b"old");
