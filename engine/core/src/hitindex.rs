@@ -205,9 +205,12 @@ impl HitIndex {
                 rmp_serde::encode::write(&mut body, record).map_err(io::Error::other)?;
             }
         }
-        let mut bytes = header();
-        sealed::append_sealed(&mut bytes, &body);
-        files.publish(&self.path, &bytes, Publish::Unsynced)?;
+        files
+            .prepare(&self.path, Publish::Unsynced, |out| {
+                out.write_all(&header())?;
+                sealed::write_sealed(out, &body)
+            })?
+            .publish()?;
         state.changed.clear();
         if let Some(dir) = self.path.parent() {
             let _ = files.remove_file(&dir.join(FORMER_FILE));

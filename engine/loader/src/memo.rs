@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use fracflow_core::{Graph, Kinds, Pipeline};
+use fracflow_record::{Files, Prepared, Publish};
 use serde::{Deserialize, Serialize};
 
 use crate::{Adaptation, LoadOptions, Loaded};
@@ -144,12 +145,15 @@ pub(crate) fn remember(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds, load
     let Ok(body) = rmp_serde::to_vec(&memo) else {
         return;
     };
-    let mut bytes = Vec::new();
-    fracflow_record::sealed::append_sealed(&mut bytes, &body);
     if let Some(dir) = path.parent()
         && std::fs::create_dir_all(dir).is_ok()
     {
-        let _ = fracflow_record::atomic::atomic_replace(&path, &bytes);
+        // Unsynced: a memo torn by power loss fails its checksum and is made again.
+        let _ = Files::real()
+            .prepare(&path, Publish::Unsynced, |out| {
+                fracflow_record::sealed::write_sealed(out, &body)
+            })
+            .and_then(Prepared::publish);
         prune(dir);
     }
 }
