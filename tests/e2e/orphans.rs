@@ -211,11 +211,11 @@ fn commands_start_through_the_small_spawner_or_the_commands_own() {
     );
 }
 
-/// The spawner forks each command's supervisor ahead of the request (a standby waiting for it), and a standby
-/// that died is replaced by a fork at the request. The first node waits for the standby forked after its own
-/// supervisor (a child of the spawner that is not its parent), kills it and waits until it is dead (a zombie or
-/// reaped: a SIGKILL is delivered asynchronously, and a standby still alive would take the second node); the
-/// second still runs.
+/// The spawner forks a supervisor ahead of the request (a standby waiting for it) when none is free, and a
+/// standby that died is replaced by a fork at the request. The first node waits for the standby forked after
+/// its own supervisor (a child of the spawner that is not its parent), kills it and waits until it is dead (a
+/// zombie or reaped: a SIGKILL is delivered asynchronously, and a standby still alive would take the second
+/// node); the second still runs, under the first node's supervisor once it is free or under a new one.
 #[test]
 fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() {
     let sandbox = Sandbox::new();
@@ -237,4 +237,37 @@ fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() 
     assert!(killed.trim().parse::<u32>().is_ok(), "{killed:?}");
     let second = std::fs::read_to_string(nodes.join("second/o")).expect("the second node's output");
     assert_eq!(second, "ran\n");
+}
+
+/// A supervisor serves one command after another: once the engine has let go of a command, its supervisor
+/// takes the next instead of a fork per command. Six nodes in a chain, one at a time, each writing its
+/// supervisor's pid: fewer supervisors than nodes, and every node's own output.
+#[test]
+fn a_supervisor_takes_the_next_command_once_the_last_is_done() {
+    let sandbox = Sandbox::new();
+    let mut pipeline = String::from("pipeline: reuse\nnodes:\n");
+    for i in 0..6 {
+        pipeline.push_str(&format!(
+            "  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} $PPID > \"$FRACFLOW_OUT/o\"'\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("    deps: [n{}]\n", i - 1));
+        }
+    }
+    sandbox.write("pipelines/reuse.yaml", &pipeline);
+    let output = sandbox.run(&["run", "reuse", "--jobs", "1"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let nodes = sandbox.results("reuse").join("latest/nodes");
+    let mut supervisors = std::collections::BTreeSet::new();
+    for i in 0..6 {
+        let written =
+            std::fs::read_to_string(nodes.join(format!("n{i}/o"))).expect("a node's output");
+        let (node, pid) = written.trim().split_once(' ').expect("`node pid`");
+        assert_eq!(node, i.to_string());
+        supervisors.insert(pid.to_owned());
+    }
+    assert!(
+        supervisors.len() < 6,
+        "a supervisor per command: {supervisors:?}"
+    );
 }

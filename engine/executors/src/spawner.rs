@@ -1,19 +1,25 @@
 //! The spawner: how the engine starts node commands. One small process per engine (`fracflow-exec __spawner
-//! ENGINE_PID`, started the first time a command runs) forks a supervisor for each command
-//! ([`crate::supervisor`]). Starting a node thus costs a fork of a small process, where it used to cost a
-//! `posix_spawn` and an exec of a trampoline binary per node (about a millisecond more per node: most of a
-//! chain's per-node cost beyond the command itself).
+//! ENGINE_PID`, started the first time a command runs) hands each command to a supervisor
+//! ([`crate::supervisor`]) it forked. A supervisor serves one command at a time and many in its life, so a
+//! run forks about as many supervisors as it runs commands at once: a fork and an exit per command were a
+//! seventh of the machine's CPU on a first run of 10 000 trivial nodes, and before the supervisors a
+//! `posix_spawn` and an exec of a trampoline binary per node cost about a millisecond more.
 //!
-//! The fork is made ahead of the request: the spawner keeps one *standby*, a supervisor forked before any
-//! command is known and waiting on a socket pair of its own. A request is passed on to it (the same header,
-//! descriptors and body) and a new standby is forked once the engine has its answer, so a chain's next node
-//! does not wait for a fork on its critical path. When no standby is there (it died, or could not be
-//! forked), the spawner forks the supervisor as the request arrives.
+//! The pool. The spawner keeps its supervisors, each waiting on a socket pair of its own. A request is passed
+//! on (the same header, descriptors and body) to one that is free: a *standby*, forked before any command was
+//! known, or one that finished its last command and said so with one byte on its socket. A supervisor says it
+//! is free only once the engine has closed its end of the last command's status pipe (the engine then sends
+//! nothing more about that command) and it has discarded the signals still pending for it (a stop that
+//! crossed the command's end), so a signal meant for one command never reaches the next. After each answer,
+//! when no supervisor is free, a standby is forked, so a chain's next node does not wait for a fork on its
+//! critical path. When none is free at a request (or the pool holds [`MAX_SUPERVISORS`]), the spawner forks a
+//! supervisor for that command alone.
 //!
 //! Lifetimes. The spawner dies with the engine (`PR_SET_PDEATHSIG=SIGKILL`, and it checks that its parent is
 //! still the engine). Each supervisor is a child subreaper with `PR_SET_PDEATHSIG=STOP_ALL` on the
-//! spawner, so when the engine dies, the spawner dies, and every supervisor kills its command's whole tree.
-//! The engine signals a supervisor through a pidfd, so a pid reused after it ended is never signalled.
+//! spawner, so when the engine dies, the spawner dies, and every supervisor kills its command's whole tree; a
+//! free one sees its socket close and exits. The engine signals a supervisor through a pidfd, so a pid reused
+//! after it ended is never signalled.
 //!
 //! Protocol, on a Unix stream socket that is the spawner's stdin. A request is a header (the body's length,
 //! u32 little-endian) carrying four descriptors in `SCM_RIGHTS` (the command's stdin, stdout, stderr, and the
@@ -21,7 +27,7 @@
 //! environment (`KEY=VALUE`), each a count or a length (u32) and bytes. The answer is a header of eight bytes
 //! (0 and the supervisor's pid, with a pidfd of it in `SCM_RIGHTS`; or 1 and the length of a message that
 //! follows). The supervisor writes how the command ended to its status pipe (one byte: 0 exited, 1 killed by
-//! a signal, 2 could not be started; then a u32: the code or the signal) and exits.
+//! a signal, 2 could not be started; then a u32: the code or the signal).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -364,8 +370,9 @@ pub fn serve(args: &[String]) -> ExitCode {
     }
     // SAFETY: fd 0 is the socket the engine gave us as stdin; we own it from here.
     let socket = unsafe { UnixStream::from_raw_fd(0) };
-    // Without a standby, requests are served by forking as they come.
-    let mut standby = Standby::fork(&[]).ok();
+    let mut pool = Pool::default();
+    // Without a free supervisor, requests are served by forking as they come.
+    pool.fork_standby(&[]);
     loop {
         reap_supervisors();
         match readable(&socket, REAP_EVERY) {
@@ -373,32 +380,107 @@ pub fn serve(args: &[String]) -> ExitCode {
             Ok(true) => {}
             Err(_) => return ExitCode::from(1),
         }
-        let served = match serve_one(&socket, standby.take()) {
+        let served = match serve_one(&socket, &mut pool) {
             Ok(Some(body)) => body,
             // The engine closed the socket: it is done with commands.
             Ok(None) => return ExitCode::SUCCESS,
             Err(_) => return ExitCode::from(1),
         };
-        // After the answer, off the next request's path.
-        standby = Standby::fork(&served).ok();
-        // The fork made the spawner's own pages copy-on-write again: it takes its copies now, as its standby
-        // does (see `standby_in_child`), rather than while it serves the next request.
-        drop(std::hint::black_box(decode(&served)));
-        touch_stack();
+        // After the answer, off the next request's path: a standby only when no supervisor is free.
+        pool.collect_free();
+        if !pool.has_free() {
+            pool.fork_standby(&served);
+            // The fork made the spawner's own pages copy-on-write again: it takes its copies now, as its
+            // standby does (see `supervisor_in_child`), rather than while it serves the next request.
+            drop(std::hint::black_box(decode(&served)));
+            touch_stack();
+        }
     }
 }
 
-/// A supervisor forked ahead of its command, waiting for it on `channel` (see the module's documentation).
-struct Standby {
+/// The most supervisors the spawner keeps for reuse; a request that finds every one of them busy is served by
+/// a supervisor forked for it alone.
+const MAX_SUPERVISORS: usize = 64;
+
+/// What a supervisor writes on its channel once it is free for another command.
+const FREE: u8 = 1;
+
+/// The supervisors the spawner can hand requests to. Each serves one command at a time and many in its life:
+/// a fork and an exit per command were about a seventh of the machine's CPU time on a first run of 10 000
+/// trivial nodes (`perf record -a`: `_Fork`, `dup_mmap`, copy-on-write faults and `do_exit`).
+#[derive(Default)]
+struct Pool {
+    supervisors: Vec<Supervisor>,
+}
+
+/// A supervisor forked ahead of its commands, taking them on `channel` (see the module's documentation).
+struct Supervisor {
     pid: u32,
     pidfd: OwnedFd,
     channel: UnixStream,
+    /// Waiting for a command: a standby that never had one, or one that said so on its channel.
+    free: bool,
 }
 
-impl Standby {
-    /// `rehearsal`: the last request's body, which the standby decodes while it waits (see
-    /// [`standby_in_child`]).
-    fn fork(rehearsal: &[u8]) -> io::Result<Standby> {
+impl Pool {
+    /// Forks a standby, unless the pool is full. `rehearsal`: the last request's body, which the standby
+    /// decodes while it waits (see [`supervisor_in_child`]).
+    fn fork_standby(&mut self, rehearsal: &[u8]) {
+        if self.supervisors.len() >= MAX_SUPERVISORS {
+            return;
+        }
+        if let Ok(supervisor) = Supervisor::fork(rehearsal) {
+            self.supervisors.push(supervisor);
+        }
+    }
+
+    /// Takes in what busy supervisors said without waiting: free again, or gone (their channel closed).
+    fn collect_free(&mut self) {
+        self.supervisors.retain_mut(|supervisor| {
+            if supervisor.free {
+                return true;
+            }
+            let mut said = [0u8; 1];
+            match rustix::net::recv(&supervisor.channel, &mut said, RecvFlags::DONTWAIT) {
+                Ok((1, _)) if said[0] == FREE => {
+                    supervisor.free = true;
+                    true
+                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => true,
+                // Closed (it exited, or was killed) or garbage: it takes no more commands.
+                _ => {
+                    supervisor.kill();
+                    false
+                }
+            }
+        })
+    }
+
+    fn has_free(&self) -> bool {
+        self.supervisors.iter().any(|supervisor| supervisor.free)
+    }
+
+    /// Hands a request to a free supervisor, which then supervises its command; answers its pid and a pidfd of
+    /// it for the engine. `None` when no free supervisor took it (the caller forks one for it).
+    fn hand_over(&mut self, body: &[u8], fds: &[OwnedFd; 4]) -> Option<(u32, OwnedFd)> {
+        self.collect_free();
+        while let Some(index) = self.supervisors.iter().position(|s| s.free) {
+            let supervisor = &mut self.supervisors[index];
+            if supervisor.send(body, fds).is_ok()
+                && let Ok(pidfd) = supervisor.pidfd.try_clone()
+            {
+                supervisor.free = false;
+                return Some((supervisor.pid, pidfd));
+            }
+            // It died, or may be alive but stuck: it must not become a second supervisor of this command later.
+            self.supervisors.swap_remove(index).kill();
+        }
+        None
+    }
+}
+
+impl Supervisor {
+    fn fork(rehearsal: &[u8]) -> io::Result<Supervisor> {
         let (ours, theirs) = UnixStream::pair()?;
         // SAFETY: getpid has no preconditions.
         let spawner = unsafe { libc::getpid() } as u32;
@@ -409,46 +491,46 @@ impl Standby {
         }
         if pid == 0 {
             drop(ours);
-            let code = standby_in_child(spawner, theirs, rehearsal);
+            let code = supervisor_in_child(spawner, theirs, rehearsal);
             // SAFETY: ends the child at once, without running the spawner's exit handlers.
             unsafe { libc::_exit(code) };
         }
         drop(theirs);
         let pidfd = pidfd_of(pid)?;
-        Ok(Standby {
+        Ok(Supervisor {
             pid: pid as u32,
             pidfd,
             channel: ours,
+            free: true,
         })
     }
 
-    /// Passes a request on to the standby, which becomes its command's supervisor; answers its pid and
-    /// pidfd. An error (the standby died) leaves the request to be forked for.
-    fn hand_over(self, body: &[u8], fds: &[OwnedFd; 4]) -> io::Result<(u32, OwnedFd)> {
+    fn send(&self, body: &[u8], fds: &[OwnedFd; 4]) -> io::Result<()> {
         let fds = [
             fds[0].as_fd(),
             fds[1].as_fd(),
             fds[2].as_fd(),
             fds[3].as_fd(),
         ];
-        let sent = send_request(&self.channel, body, fds);
-        if sent.is_err() {
-            // It may be alive but stuck: it must not become a second supervisor of this command later.
-            let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
-        }
-        sent.map(|()| (self.pid, self.pidfd))
+        send_request(&self.channel, body, fds)
+    }
+
+    fn kill(&self) {
+        let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
     }
 }
 
-/// The standby's life: it waits for its request, then supervises it as a freshly forked supervisor would.
+/// A supervisor's life: it waits for a request, supervises its command as a freshly forked supervisor would,
+/// and once the engine has let go of that command says on its channel that it is free for the next. It ends
+/// when the channel closes (the spawner ended: the engine is done with commands, or died).
 ///
 /// Its first writes to a page it shares with the spawner copy the page (a forked child's memory is
 /// copy-on-write): about thirty faults per supervisor, measured with perf's `page_fault_user`. It takes most
 /// of them while it waits rather than after its request came: it decodes the last request, which touches the
 /// allocator's pages a request like it will use, and writes the stack it will run on.
-fn standby_in_child(spawner: u32, channel: UnixStream, rehearsal: &[u8]) -> libc::c_int {
+fn supervisor_in_child(spawner: u32, channel: UnixStream, rehearsal: &[u8]) -> libc::c_int {
     // SAFETY: prctl, getppid, open and dup2 on descriptors this process owns. fd 0 is the engine's socket:
-    // a standby must not keep the spawner's end open, or an engine would not see a dead spawner's socket
+    // a supervisor must not keep the spawner's end open, or an engine would not see a dead spawner's socket
     // close.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
@@ -464,16 +546,79 @@ fn standby_in_child(spawner: u32, channel: UnixStream, rehearsal: &[u8]) -> libc
     }
     drop(std::hint::black_box(decode(rehearsal)));
     touch_stack();
-    let (body, fds) = match receive_request(&channel) {
-        Ok(Some(request)) => request,
-        // The spawner ended (the engine is done with commands) or sent garbage: nothing to supervise.
-        Ok(None) | Err(_) => return 0,
-    };
-    drop(channel);
-    match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
-        (Ok(request), Ok(fds)) => supervise_in_child(spawner, request, fds),
-        _ => 1,
+    loop {
+        let (body, fds) = match receive_request(&channel) {
+            Ok(Some(request)) => request,
+            // The spawner ended (the engine is done with commands) or sent garbage: nothing to supervise.
+            Ok(None) | Err(_) => return 0,
+        };
+        let (Ok(request), Ok(fds)) = (decode(&body), <[OwnedFd; 4]>::try_from(fds)) else {
+            return 1;
+        };
+        let status = supervise_one(spawner, request, fds);
+        if !let_go(&status, spawner) {
+            return 0;
+        }
+        drop(status);
+        // Signals the engine sent for the command just ended (a stop that crossed its end) are pending, as the
+        // supervision keeps them blocked: they were sent before the engine let go, so they are all here now,
+        // and none of them may reach the next command.
+        if !discard_pending_signals(spawner) {
+            return 0;
+        }
+        let mut writer = &channel;
+        if writer.write_all(&[FREE]).is_err() {
+            return 0;
+        }
     }
+}
+
+/// Waits until the engine has closed its end of a command's status pipe, after which it sends nothing more
+/// about that command; `false` if the spawner (and so the engine) died first. A pipe's write end polls as an
+/// error once no reader is left.
+fn let_go(status: &File, spawner: u32) -> bool {
+    loop {
+        let mut fds = [rustix::event::PollFd::new(
+            status,
+            rustix::event::PollFlags::empty(),
+        )];
+        let timeout = rustix::event::Timespec {
+            tv_sec: REAP_EVERY.as_secs() as i64,
+            tv_nsec: i64::from(REAP_EVERY.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+        if !fds[0].revents().is_empty() {
+            return true;
+        }
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } as u32 != spawner {
+            return false;
+        }
+    }
+}
+
+/// Takes every pending signal; `false` if the spawner died (its parent-death signal, or a new parent).
+fn discard_pending_signals(spawner: u32) -> bool {
+    let all = supervisor::watched_signals();
+    let none = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        // SAFETY: sigtimedwait writes only into `info`, which lives on this stack frame.
+        let taken = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::sigtimedwait(&all, &mut info, &none)
+        };
+        if taken < 0 {
+            break;
+        }
+    }
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() as u32 == spawner }
 }
 
 /// Reaps every supervisor that has ended.
@@ -554,16 +699,16 @@ fn receive_request(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<Owned
     Ok(Some((body, fds)))
 }
 
-/// Reads one request and starts its supervisor: `standby` if there is one and it takes it, else a fork.
+/// Reads one request and starts its supervisor: a free one of the pool if one takes it, else a fork.
 /// Answers the request's body, or `None` at the end of the stream.
-fn serve_one(socket: &UnixStream, standby: Option<Standby>) -> io::Result<Option<Vec<u8>>> {
+fn serve_one(socket: &UnixStream, pool: &mut Pool) -> io::Result<Option<Vec<u8>>> {
     let Some((body, fds)) = receive_request(socket)? else {
         return Ok(None);
     };
     let answer = match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
-        (Ok(request), Ok(fds)) => match standby.map(|standby| standby.hand_over(&body, &fds)) {
-            Some(Ok(started)) => Ok(started),
-            None | Some(Err(_)) => fork_supervisor(request, fds),
+        (Ok(request), Ok(fds)) => match pool.hand_over(&body, &fds) {
+            Some(started) => Ok(started),
+            None => fork_supervisor(request, fds),
         },
         (Err(why), _) => Err(why),
         (_, Err(_)) => Err("a request without its four descriptors".to_owned()),
@@ -629,20 +774,32 @@ fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// The supervisor: its descriptors in place, it runs the command under [`supervisor::supervise`] and writes
-/// how it ended to the status pipe.
+/// A supervisor forked for one command: it supervises it and exits.
 fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc::c_int {
+    drop(supervise_one(spawner, request, fds));
+    0
+}
+
+/// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`], and how
+/// it ended is written to the status pipe, whose write end is answered. The supervisor's own stdin, stdout and
+/// stderr point at `/dev/null` again afterwards, whatever happened: it holds none of the command's.
+fn supervise_one(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> File {
     let [stdin, stdout, stderr, status] = fds;
+    let status = File::from(status);
     // SAFETY: setpgid and dup2 on descriptors this process owns; 0 (the socket) is replaced, so the command
     // never holds the spawner's socket.
-    unsafe {
+    let in_place = unsafe {
         libc::setpgid(0, 0);
-        for (fd, target) in [(&stdin, 0), (&stdout, 1), (&stderr, 2)] {
-            if libc::dup2(fd.as_raw_fd(), target) < 0 {
-                return 1;
-            }
-        }
-    }
+        [(&stdin, 0), (&stdout, 1), (&stderr, 2)]
+            .iter()
+            .try_for_each(|(fd, target)| {
+                if libc::dup2(fd.as_raw_fd(), *target) < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            })
+    };
     drop((stdin, stdout, stderr));
     let command = supervisor::Program {
         program: &request.program,
@@ -650,7 +807,7 @@ fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc
         env: &request.env,
         cwd: &request.cwd,
     };
-    let ending = match supervisor::supervise(spawner, &command) {
+    let ending = match in_place.and_then(|()| supervisor::supervise(spawner, &command)) {
         Ok(ending) => ending,
         Err(error) => {
             let _ = writeln!(
@@ -661,6 +818,7 @@ fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc
             Ending::NotStarted
         }
     };
+    supervisor::release_stdio();
     let (kind, value): (u8, u32) = match ending {
         Ending::Exited(code) => (0, code as u32),
         Ending::Signalled(signal) => (1, signal as u32),
@@ -668,13 +826,58 @@ fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc
     };
     let mut record = [kind, 0, 0, 0, 0];
     record[1..].copy_from_slice(&value.to_le_bytes());
-    let _ = File::from(status).write_all(&record);
-    0
+    let _ = (&status).write_all(&record);
+    status
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_supervisor_is_free_once_the_engine_closed_the_status_pipe() -> io::Result<()> {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let write = File::from(write);
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(read);
+        });
+        assert!(let_go(&write, parent), "the reader's close was not seen");
+        closer
+            .join()
+            .map_err(|_| io::Error::other("the closing thread panicked"))?;
+        // A spawner that is not our parent (it died, and we were re-parented): no wait for a reader forever.
+        let (_read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        assert!(!let_go(&File::from(write), parent + 1));
+        Ok(())
+    }
+
+    #[test]
+    fn a_stop_signal_meant_for_the_last_command_is_discarded_before_the_next() -> io::Result<()> {
+        // Blocked in this thread as a supervisor blocks them, then sent to this thread alone (a signal sent to
+        // the test process could be taken by another of its threads, whose default is to end the process).
+        let watched = supervisor::watched_signals();
+        // SAFETY: pthread_sigmask and pthread_kill act on this thread; sigpending writes only `pending`.
+        unsafe {
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            libc::pthread_kill(libc::pthread_self(), libc::SIGTERM);
+            libc::pthread_kill(libc::pthread_self(), supervisor::STOP_ALL);
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            assert_eq!(libc::sigismember(&pending, libc::SIGTERM), 1);
+            assert!(discard_pending_signals(libc::getppid() as u32));
+            libc::sigpending(&mut pending);
+            let left =
+                [libc::SIGTERM, supervisor::STOP_ALL].map(|s| libc::sigismember(&pending, s));
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &watched, std::ptr::null_mut());
+            assert_eq!(left, [0, 0], "signals still pending");
+        }
+        Ok(())
+    }
 
     #[test]
     fn a_request_decodes_to_what_was_encoded_and_garbage_is_refused() -> io::Result<()> {

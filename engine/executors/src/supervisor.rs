@@ -54,7 +54,7 @@ pub enum Ended {
 /// (then its tree is killed and it counts as killed by SIGKILL). An error means the supervision could not be
 /// set up or the program could not be started.
 pub fn supervise(expected_parent: u32, command: &Program<'_>) -> io::Result<Ended> {
-    let watched = signal_set(&[&FORWARDED[..], &[STOP_ALL, libc::SIGCHLD]].concat());
+    let watched = watched_signals();
     // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
     change_thread_mask(libc::SIG_BLOCK, &watched)?;
     // SAFETY: plain libc calls with no pointers; no memory is shared with other threads (there are none).
@@ -108,11 +108,17 @@ pub fn supervise(expected_parent: u32, command: &Program<'_>) -> io::Result<Ende
     })
 }
 
+/// The signals a supervisor keeps blocked and takes with `sigtimedwait`: the forwarded stop signals,
+/// [`STOP_ALL`] and `SIGCHLD`.
+pub(crate) fn watched_signals() -> libc::sigset_t {
+    signal_set(&[&FORWARDED[..], &[STOP_ALL, libc::SIGCHLD]].concat())
+}
+
 /// Points the supervisor's own stdin, stdout and stderr at `/dev/null` once the command holds its copies: the
 /// engine reads the command's stdout until its end, which then comes when the command's tree closes it
 /// rather than when the supervisor exits after reaping (a chain's nodes waited about 90 µs each for that).
 /// Nothing is written to them after the command started. Without `/dev/null` they stay as they are.
-fn release_stdio() {
+pub(crate) fn release_stdio() {
     // SAFETY: open, dup2 and close on descriptors this process owns; 0, 1 and 2 stay valid throughout.
     unsafe {
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
