@@ -326,10 +326,7 @@ fn wait_either(child: &Child, out: &File, limit: Duration) -> io::Result<Option<
                 rustix::event::PollFd::new(out, rustix::event::PollFlags::IN),
                 rustix::event::PollFd::new(&status, rustix::event::PollFlags::IN),
             ];
-            let timeout = rustix::event::Timespec {
-                tv_sec: limit.as_secs() as i64,
-                tv_nsec: i64::from(limit.subsec_nanos()),
-            };
+            let timeout = spawner::poll_limit(limit);
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),

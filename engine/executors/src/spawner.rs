@@ -112,14 +112,19 @@ pub(crate) fn readable(file: &impl AsFd, limit: Duration) -> io::Result<bool> {
         file,
         rustix::event::PollFlags::IN,
     )];
-    let timeout = rustix::event::Timespec {
-        tv_sec: limit.as_secs() as i64,
-        tv_nsec: i64::from(limit.subsec_nanos()),
-    };
+    let timeout = poll_limit(limit);
     match rustix::event::poll(&mut fds, Some(&timeout)) {
         Ok(ready) => Ok(ready > 0),
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// `limit` as `poll`'s timeout.
+pub(crate) fn poll_limit(limit: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: limit.as_secs() as i64,
+        tv_nsec: i64::from(limit.subsec_nanos()),
     }
 }
 
@@ -582,10 +587,7 @@ fn let_go(status: &File, spawner: u32) -> bool {
             status,
             rustix::event::PollFlags::empty(),
         )];
-        let timeout = rustix::event::Timespec {
-            tv_sec: REAP_EVERY.as_secs() as i64,
-            tv_nsec: i64::from(REAP_EVERY.subsec_nanos()),
-        };
+        let timeout = poll_limit(REAP_EVERY);
         match rustix::event::poll(&mut fds, Some(&timeout)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => return false,
