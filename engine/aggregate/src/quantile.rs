@@ -120,6 +120,18 @@ impl Buckets {
         };
         absolute - self.first
     }
+
+    /// The values [`Buckets::of`] puts in `bucket`: `low..=high`.
+    fn values_of(self, bucket: usize) -> (u64, u64) {
+        let absolute = (bucket + self.first) as u64;
+        if absolute < 1 << (self.sub_bits + 1) {
+            return (absolute, absolute);
+        }
+        // `of` made `absolute` (shift << sub_bits) + (value >> shift), the second term in [2^sub_bits, 2^(sub_bits + 1)).
+        let shift = (absolute >> self.sub_bits) - 1;
+        let low = (absolute - (shift << self.sub_bits)) << shift;
+        (low, low + ((1 << shift) - 1))
+    }
 }
 
 /// A latency as an exact selection holds it: `u32` when the point's column is stored in at most 4 bytes (half
@@ -130,6 +142,12 @@ pub(crate) trait Latency: Copy + Ord + Send + Sync + Into<u64> {
 
     /// The sum and the maximum (0 when empty) of `values`.
     fn sum_and_max(values: &[Self]) -> (u128, u64);
+
+    /// `value`, or the type's largest value when it does not fit.
+    fn saturating_from(value: u64) -> Self;
+
+    /// `self - other`, wrapping: with it one comparison tells whether a value lies in a range.
+    fn wrapping_sub(self, other: Self) -> Self;
 }
 
 impl Latency for u32 {
@@ -143,6 +161,14 @@ impl Latency for u32 {
             .sum();
         (sum, values.iter().copied().max().map_or(0, u64::from))
     }
+
+    fn saturating_from(value: u64) -> u32 {
+        u32::try_from(value).unwrap_or(u32::MAX)
+    }
+
+    fn wrapping_sub(self, other: u32) -> u32 {
+        u32::wrapping_sub(self, other)
+    }
 }
 
 impl Latency for u64 {
@@ -151,6 +177,14 @@ impl Latency for u64 {
     fn sum_and_max(values: &[u64]) -> (u128, u64) {
         let sum = values.iter().map(|&v| u128::from(v)).sum();
         (sum, values.iter().copied().max().unwrap_or(0))
+    }
+
+    fn saturating_from(value: u64) -> u64 {
+        value
+    }
+
+    fn wrapping_sub(self, other: u64) -> u64 {
+        u64::wrapping_sub(self, other)
     }
 }
 
@@ -203,11 +237,10 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
     ranks: &[usize],
 ) -> (u128, u64, Vec<u64>) {
     let n: usize = pieces.iter().map(|piece| piece.len()).sum();
-    // Each rank's bucket (as a slot among the distinct target buckets) and its rank inside the bucket, found by
+    // Each rank's bucket (as an index among the distinct target buckets) and its rank inside the bucket, found by
     // one walk over the cumulative counts in rank order.
     let mut order: Vec<usize> = (0..ranks.len()).collect();
     order.sort_by_key(|&i| ranks[i]);
-    const NO_SLOT: u32 = u32::MAX;
     let mut target_buckets: Vec<usize> = Vec::new();
     let mut targets = vec![(0usize, 0usize); ranks.len()];
     let (mut bucket, mut below) = (0usize, 0u64);
@@ -222,17 +255,7 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
         }
         targets[i] = (target_buckets.len() - 1, (rank - below) as usize);
     }
-    let low = target_buckets.first().copied().unwrap_or(0);
-    let high = target_buckets.last().copied().unwrap_or(0);
-    // A table from bucket to slot: one lookup per value in the targets' range.
-    let mut slot_of_bucket = vec![NO_SLOT; high - low + 1];
-    for (slot, &b) in target_buckets.iter().enumerate() {
-        slot_of_bucket[b - low] = slot as u32;
-    }
-    let slot = |bucket: usize| -> Option<usize> {
-        let slot = *slot_of_bucket.get(bucket.checked_sub(low)?)?;
-        (slot != NO_SLOT).then_some(slot as usize)
-    };
+    let collect = Collect::new(buckets, &target_buckets);
     struct Pass<T> {
         sum: u128,
         max: u64,
@@ -248,11 +271,7 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
         let (sum, max) = T::sum_and_max(chunk);
         pass.sum += sum;
         pass.max = pass.max.max(max);
-        for &v in chunk {
-            if let Some(slot) = slot(buckets.of(v.into())) {
-                pass.candidates[slot].push(v);
-            }
-        }
+        collect.candidates(chunk, &mut pass.candidates);
         pass
     };
     let chunk = select_chunk(n);
@@ -283,6 +302,111 @@ fn select_counted<T: Latency, C: Copy + Into<u64>>(
         .map(|(slot, rank)| (*candidates[slot].select_nth_unstable(rank).1).into())
         .collect();
     (sum, max, selected)
+}
+
+/// Up to this many target buckets, a value's is found by comparing it with each one's range of values, in
+/// blocks that vectorize; with more, by a table from bucket to target.
+const COMPARED_TARGETS: usize = 8;
+
+/// Values per block of [`Collect::Compared`]: a block none of whose values is in a target is passed over after
+/// its compares alone, and a few targets' buckets hold a small fraction of the values.
+const COMPARED_BLOCK: usize = 64;
+
+/// How [`select_counted`]'s pass finds the values of the target buckets.
+enum Collect<T> {
+    /// Each target's values as `(low, high - low)`, padded with copies of the first: a value `v` is in a target
+    /// when `v - low` (wrapping) is at most the width. Per value, a compare per target without a branch, where
+    /// computing its bucket and looking it up took more than half of a 100 M-row summary's time
+    /// (`bench/aggregate_100m.sh`, mode `all`).
+    Compared([(T, T); COMPARED_TARGETS]),
+    /// Per bucket from the first target's to the last's, its target or `NO_TARGET`.
+    Table {
+        buckets: Buckets,
+        first: usize,
+        target_of_bucket: Vec<u32>,
+    },
+}
+
+const NO_TARGET: u32 = u32::MAX;
+
+impl<T: Latency> Collect<T> {
+    /// `targets`: distinct buckets in increasing order, not empty.
+    fn new(buckets: Buckets, targets: &[usize]) -> Collect<T> {
+        if targets.len() <= COMPARED_TARGETS {
+            let range = |bucket: usize| {
+                let (low, high) = buckets.values_of(bucket);
+                let low = T::saturating_from(low);
+                (low, T::saturating_from(high).wrapping_sub(low))
+            };
+            let first = range(targets.first().copied().unwrap_or(0));
+            let mut ranges = [first; COMPARED_TARGETS];
+            for (slot, &bucket) in ranges.iter_mut().zip(targets) {
+                *slot = range(bucket);
+            }
+            return Collect::Compared(ranges);
+        }
+        let first = targets.first().copied().unwrap_or(0);
+        let last = targets.last().copied().unwrap_or(0);
+        let mut target_of_bucket = vec![NO_TARGET; last - first + 1];
+        for (target, &bucket) in targets.iter().enumerate() {
+            target_of_bucket[bucket - first] = target as u32;
+        }
+        Collect::Table {
+            buckets,
+            first,
+            target_of_bucket,
+        }
+    }
+
+    /// Appends each of `values` that lies in a target bucket to that target's candidates.
+    fn candidates(&self, values: &[T], candidates: &mut [Vec<T>]) {
+        match self {
+            Collect::Compared(ranges) => {
+                let target = |v: T| {
+                    ranges
+                        .iter()
+                        .position(|&(low, width)| v.wrapping_sub(low) <= width)
+                };
+                let mut push = |block: &[T]| {
+                    for &v in block {
+                        if let Some(target) = target(v) {
+                            candidates[target].push(v);
+                        }
+                    }
+                };
+                let blocks = values.chunks_exact(COMPARED_BLOCK);
+                let rest = blocks.remainder();
+                for block in blocks {
+                    // Every compare, without stopping at the first hit: that is what vectorizes.
+                    let mut hit = false;
+                    for &v in block {
+                        for &(low, width) in ranges {
+                            hit |= v.wrapping_sub(low) <= width;
+                        }
+                    }
+                    if hit {
+                        push(block);
+                    }
+                }
+                push(rest);
+            }
+            Collect::Table {
+                buckets,
+                first,
+                target_of_bucket,
+            } => {
+                for &v in values {
+                    let Some(offset) = buckets.of(v.into()).checked_sub(*first) else {
+                        continue;
+                    };
+                    match target_of_bucket.get(offset) {
+                        Some(&target) if target != NO_TARGET => candidates[target as usize].push(v),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Values in pieces (the order of values does not matter to a summary or a CDF), counted in buckets over their

@@ -565,6 +565,71 @@ mod samples {
         Ok(())
     }
 
+    /// A point above the size where the selection counts over the whole range of its values' type (2^18), with
+    /// and without a CDF: a summary's six ranks alone are found by comparing each value with the target buckets'
+    /// ranges, with a CDF's hundred by a table from bucket to target. Both agree with sorting, with values at 0
+    /// and near the top of u64.
+    #[test]
+    fn a_large_points_quantiles_and_cdf_equal_the_sorted_ranks() -> TestResult {
+        let mut state = 11u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let z = (state ^ (state >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("p");
+        let n = (1 << 18) + 4_321;
+        // Every magnitude from 1 µs to 1 s, so that ranks land in buckets of many widths.
+        let mut latencies: Vec<u64> = (0..n)
+            .map(|_| 1_000 + (next() >> (34 + next() % 30)))
+            .collect();
+        latencies[5] = 0;
+        latencies[77] = u64::MAX - 1_000;
+        let rows: Vec<Sample> = latencies
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| sample((i % 5) as u32, i as u64, 0, l))
+            .collect();
+        write_samples(&dir, &rows, 65_536)?;
+        let summary_only = aggregate(
+            &spec(r#"{"stats":"samples"}"#)?,
+            &[point(dir.clone(), &[])],
+            &tmp.path().join("out"),
+        )?;
+        let points = 100;
+        let result = aggregate(
+            &spec(r#"{"stats":"samples","cdf":{"points":100}}"#)?,
+            &[point(dir, &[])],
+            &tmp.path().join("out-cdf"),
+        )?;
+        latencies.sort_unstable();
+        assert_sorted_ranks(&summary_only.tables["summary"], 0, &latencies, "summary");
+        assert_sorted_ranks(
+            &result.tables["summary"],
+            0,
+            &latencies,
+            "summary with a CDF",
+        );
+        let cdf = &result.tables["cdf"];
+        assert_eq!(cdf.rows.len(), points);
+        for (i, row) in cdf.rows.iter().enumerate() {
+            // Rank ⌈(i + 1)·n/points⌉, 1-based.
+            let rank = ((i + 1) * n).div_ceil(points);
+            assert_eq!(
+                row[cdf
+                    .columns
+                    .iter()
+                    .position(|c| c == "latency_us")
+                    .ok_or("no latency_us")?],
+                num(latencies[rank - 1] as f64 / 1e3),
+                "CDF point {i}"
+            );
+        }
+        Ok(())
+    }
+
     /// Each block's quantiles (selected in place, block by block) agree with sorting the block's values, with
     /// many repeated values, blocks of one value and blocks whose rows come from several threads.
     #[test]
