@@ -185,7 +185,7 @@ pub fn run(
     std::thread::scope(|scope| -> std::io::Result<()> {
         let committed = sender.clone();
         scope.spawn(move || {
-            commit::committer(engine.cache, queue, &mut |group| {
+            commit::committer(engine.cache, queue, commit::GROUP_WINDOW, &mut |group| {
                 let _ = committed.send(Message::Committed(group));
             });
         });

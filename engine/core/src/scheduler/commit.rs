@@ -2,19 +2,29 @@
 //! manifest checkpoints, so that no sync waits on the scheduler's thread.
 //!
 //! A node's thread stages its outputs (hashed, unsynced) and is done; its dependents start on the staged files
-//! at once, while the committer syncs and publishes. Whatever staged results arrive while it syncs one group
-//! form the next, so the syncs of a fast chain are shared by several nodes and stay off its critical path. A
+//! at once, while the committer syncs and publishes. The staged results that arrive while it syncs one group,
+//! and in a short window after the first of them ([`GROUP_WINDOW`]), form the next, so the syncs of a fast
+//! chain or fan-in are shared by several nodes and stay off the critical path. A
 //! node is reported finished, and its key released to other engines, only once its entry is committed: what
 //! the run says is done survives a kill and power loss.
 
 use std::path::PathBuf;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use petgraph::graph::NodeIndex;
 
 use crate::cache::{Cache, CacheEntry, Staged};
 use crate::keylock::KeyLock;
 use crate::run::Checkpoint;
+
+/// How long the committer gathers staged results after the first one before it commits them as one group. Without
+/// it, a fan-in's committer took what had arrived while it synced the last group, mostly one result, and synced
+/// each one's blob, entry and their directories on their own (`perf trace -s` of a 3 000-node fan-in: 3.8
+/// `fsync`s a node, each 0.69 ms on this VM's disk); gathered, a group shares three `syncfs`. 10 000-node first
+/// runs, fresh copies alternating with the build before: fan-in 10.2–10.9 → 9.8–10.1 s, sweep 10.1–10.6 →
+/// 9.1–9.6 s, chain unchanged (its commits are off its critical path); a 20 ms window bought no more.
+pub(super) const GROUP_WINDOW: Duration = Duration::from_millis(5);
 
 /// What the committer is handed.
 #[derive(Debug)]
@@ -45,20 +55,28 @@ pub(super) struct Committed {
 }
 
 /// Commits what arrives on `queue` in groups until the queue closes, and hands each group's outcome to
-/// `done`; writes the newest manifest checkpoint after each group.
+/// `done`; writes the newest manifest checkpoint after each group. A group is what arrives until `window`
+/// after its first item ([`GROUP_WINDOW`] in a run), or until the queue closes.
 pub(super) fn committer(
     cache: &Cache,
     queue: mpsc::Receiver<Work>,
+    window: Duration,
     done: &mut dyn FnMut(Vec<Committed>),
 ) {
     while let Ok(first) = queue.recv() {
         let mut group = Vec::new();
         let mut manifest = None;
-        for work in std::iter::once(first).chain(queue.try_iter()) {
+        let gathering_ends = Instant::now() + window;
+        let mut next = Some(first);
+        while let Some(work) = next {
             match work {
                 Work::Commit(item) => group.push(*item),
                 Work::Manifest(checkpoint) => manifest = Some(checkpoint),
             }
+            // A closed queue or an empty window ends the gathering; what is gathered is committed either way.
+            next = queue
+                .recv_timeout(gathering_ends.saturating_duration_since(Instant::now()))
+                .ok();
         }
         if !group.is_empty() {
             done(commit_group(cache, group));
@@ -107,4 +125,90 @@ fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::fs;
+    use std::io;
+
+    use super::*;
+    use crate::fingerprint::Fingerprint;
+
+    /// A staged result of one output, distinct per `value`.
+    fn to_commit(cache: &Cache, value: usize) -> io::Result<Box<ToCommit>> {
+        let staging = cache.staging_dir("node")?;
+        fs::write(staging.join("out"), format!("output {value}"))?;
+        let mut config = crate::Settings::new();
+        config.insert("value".to_owned(), serde_json::json!(value));
+        let fingerprint = Fingerprint {
+            version: 1,
+            kind: "test".into(),
+            kind_version: 1,
+            config,
+            point: crate::Settings::new(),
+            outputs: vec!["out".into()],
+            inputs: BTreeMap::new(),
+            upstream: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            testbed: BTreeMap::new(),
+            placement: Vec::new(),
+        };
+        let staged = cache.stage(
+            &format!("node-{value}"),
+            &fingerprint,
+            &staging,
+            &["out".to_owned()],
+            BTreeMap::new(),
+            None,
+            0.1,
+            "now".into(),
+        )?;
+        Ok(Box::new(ToCommit {
+            index: NodeIndex::new(value),
+            staged,
+            kind: "test".into(),
+            seconds: 0.1,
+            key_lock: None,
+            staging: Some(staging),
+        }))
+    }
+
+    /// A result that arrives while the committer gathers after the first one joins its group, and closing the
+    /// queue ends the gathering at once rather than when the window does. (Were the second result taken only
+    /// if it had arrived before the first was received, it would form a group of its own.)
+    #[test]
+    fn results_within_the_window_are_one_group_and_a_closed_queue_ends_it() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let window = Duration::from_secs(60);
+        let (queue, work) = mpsc::channel();
+        let mut groups: Vec<Vec<bool>> = Vec::new();
+        let waited = std::thread::scope(|scope| -> io::Result<Duration> {
+            let groups = &mut groups;
+            let cache = &cache;
+            let committing = scope.spawn(move || {
+                committer(cache, work, window, &mut |group| {
+                    groups.push(group.iter().map(|c| c.result.is_ok()).collect());
+                });
+            });
+            let send = |item| queue.send(Work::Commit(item)).map_err(io::Error::other);
+            send(to_commit(cache, 1)?)?;
+            std::thread::sleep(Duration::from_millis(100));
+            send(to_commit(cache, 2)?)?;
+            drop(queue);
+            let closed = Instant::now();
+            committing
+                .join()
+                .map_err(|_| io::Error::other("the committer panicked"))?;
+            Ok(closed.elapsed())
+        })?;
+        assert_eq!(groups, [vec![true, true]]);
+        assert!(
+            waited < window / 2,
+            "the committer waited {waited:?} after the queue closed"
+        );
+        Ok(())
+    }
 }
