@@ -127,7 +127,8 @@ impl Buckets {
         if absolute < 1 << (self.sub_bits + 1) {
             return (absolute, absolute);
         }
-        // `of` made `absolute` (shift << sub_bits) + (value >> shift), the second term in [2^sub_bits, 2^(sub_bits + 1)).
+        // `of` made `absolute` (shift << sub_bits) + (value >> shift), the second term in
+        // [2^sub_bits, 2^(sub_bits + 1)).
         let shift = (absolute >> self.sub_bits) - 1;
         let low = (absolute - (shift << self.sub_bits)) << shift;
         (low, low + ((1 << shift) - 1))
