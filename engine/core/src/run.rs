@@ -277,6 +277,23 @@ impl RunDir {
         self.dir.join("nodes").join(node_dir_name(id))
     }
 
+    /// Makes the folder of a node's views while the node runs, so that publishing them when it ends is one link
+    /// per output: on a chain, making the folder then sat between a node's end and its dependent's start. Best
+    /// effort: publishing makes the folder itself when this could not.
+    pub fn prepare_views(&self, id: &str) {
+        let dir = self.outputs_dir(id);
+        if let Err(e) = self.files.create_dir(&dir)
+            && e.kind() == io::ErrorKind::NotFound
+        {
+            let _ = self.files.create_dir_all(&dir);
+        }
+    }
+
+    /// Removes the folder [`RunDir::prepare_views`] made for a node that then failed, if it is still empty.
+    pub fn discard_empty_views(&self, id: &str) {
+        let _ = self.files.remove_dir(&self.outputs_dir(id));
+    }
+
     pub fn record_mut(&mut self, id: &str, kind: &str) -> &mut NodeRecord {
         record_in(&mut self.manifest.nodes, id, kind)
     }

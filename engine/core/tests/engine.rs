@@ -799,3 +799,19 @@ fn an_effect_nothing_in_the_run_depends_on_runs_for_its_own_sake() {
         assert_eq!(executed, ["program", "driver"]);
     }
 }
+
+/// A node that fails leaves no folder of views behind: the scheduler makes a running node's folder while it
+/// runs, ahead of its outputs, and removes it again when the node fails.
+#[test]
+fn a_failed_node_leaves_no_folder_of_views() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let mut failing = node("failing", &[], 1, vec![]);
+    // A transient failure with no retries left fails the node.
+    failing.config.insert("flaky".into(), serde_json::json!(1));
+    let kinds = Pure::default();
+    let (summary, run_dir) = run_with(&kinds, 2, root, &root.join("cache"), &[failing]);
+    assert_eq!(summary.status, RunStatus::Failed, "{summary:?}");
+    let folder = run_dir.outputs_dir("failing");
+    assert!(!folder.exists(), "{} was left behind", folder.display());
+}

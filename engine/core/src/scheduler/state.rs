@@ -403,6 +403,7 @@ impl<'a> Run<'a> {
     /// host is busy, whose lazy effects have not finished, or whose key another engine builds is passed over,
     /// not waited for. The scan stops as soon as the budget is full. `spawn` starts a launched node's thread.
     pub fn launch(&mut self, spawn: &mut dyn FnMut(Launch<'a>)) -> io::Result<()> {
+        let mut started = Vec::new();
         let mut cursor = self.queue.first().copied();
         while let Some(at) = cursor {
             if self.stopping() || self.slots.full() {
@@ -450,6 +451,14 @@ impl<'a> Run<'a> {
                 continue;
             }
             spawn(self.started_node(index, *queued, key_lock)?);
+            started.push(index);
+        }
+        // Once every ready node is on its way, while they run.
+        for index in started {
+            let spec = self.graph.spec(index);
+            if !spec.outputs.is_empty() {
+                self.run_dir.prepare_views(&spec.id);
+            }
         }
         Ok(())
     }
@@ -721,6 +730,7 @@ impl<'a> Run<'a> {
     fn fail(&mut self, index: NodeIndex, error: &NodeError) -> io::Result<()> {
         let spec = self.graph.spec(index);
         self.states.insert(index, State::Failed);
+        self.run_dir.discard_empty_views(&spec.id);
         let record = self.run_dir.record_mut(&spec.id, &spec.kind);
         record.status = NodeStatus::Failed;
         record.error = Some(error.message.clone());
