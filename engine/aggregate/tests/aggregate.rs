@@ -525,17 +525,22 @@ mod samples {
         Ok(())
     }
 
-    /// The selection (bucket counts, then selection inside the target buckets) agrees with sorting, both for a
-    /// spread of latencies and when one huge outlier squeezes almost every value into one bucket.
-    #[test]
-    fn exact_quantiles_equal_the_sorted_nearest_ranks() -> TestResult {
-        let mut state = 7u64;
-        let mut next = move || {
+    /// A fixed pseudo-random sequence (splitmix64) from `seed`, so that a failure repeats.
+    fn splitmix64(seed: u64) -> impl FnMut() -> u64 {
+        let mut state = seed;
+        move || {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
             let z = (state ^ (state >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
             let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^ (z >> 31)
-        };
+        }
+    }
+
+    /// The selection (bucket counts, then selection inside the target buckets) agrees with sorting, both for a
+    /// spread of latencies and when one huge outlier squeezes almost every value into one bucket.
+    #[test]
+    fn exact_quantiles_equal_the_sorted_nearest_ranks() -> TestResult {
+        let mut next = splitmix64(7);
         for outlier in [None, Some(5_000_000_000u64), Some(u64::MAX - 1000)] {
             let tmp = tempfile::tempdir()?;
             let dir = tmp.path().join("p");
@@ -571,13 +576,7 @@ mod samples {
     /// and near the top of u64.
     #[test]
     fn a_large_points_quantiles_and_cdf_equal_the_sorted_ranks() -> TestResult {
-        let mut state = 11u64;
-        let mut next = move || {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let z = (state ^ (state >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut next = splitmix64(11);
         let tmp = tempfile::tempdir()?;
         let dir = tmp.path().join("p");
         let n = (1 << 18) + 4_321;
