@@ -1531,7 +1531,7 @@ impl io::Write for HashingWriter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use fracflow_record::{RealFiles, atomic_write};
     use std::os::unix::fs::PermissionsExt;
@@ -1611,24 +1611,7 @@ mod tests {
     fn a_failed_syncfs_fails_its_whole_group_and_publishes_no_entry() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let cache = Cache::open_with(dir.path(), Files::new(Arc::new(FailingSyncfs)))?;
-        let stage = |value: u64| -> io::Result<Staged> {
-            let staging = cache.staging_dir("node")?;
-            fs::write(staging.join("out"), format!("output {value}"))?;
-            let mut fingerprint = fingerprint();
-            fingerprint
-                .config
-                .insert("value".to_owned(), serde_json::json!(value));
-            cache.stage(
-                &format!("node-{value}"),
-                &fingerprint,
-                &staging,
-                &["out".to_owned()],
-                BTreeMap::new(),
-                None,
-                0.1,
-                "now".into(),
-            )
-        };
+        let stage = |value: u64| stage_value(&cache, value).map(|(staged, _)| staged);
         let group = vec![stage(1)?, stage(2)?];
         let keys: Vec<Digest> = group.iter().map(|staged| staged.entry.key).collect();
         for (result, key) in cache.commit(group).into_iter().zip(&keys) {
@@ -1732,6 +1715,28 @@ mod tests {
         let _run = cache.in_use()?;
         assert!(!second.exists(), "a run's start sweeps too");
         Ok(())
+    }
+
+    /// Stages one output, `output {value}`, of a node keyed by `value` in a fresh staging directory; returns the
+    /// staged result and that directory.
+    pub(crate) fn stage_value(cache: &Cache, value: u64) -> io::Result<(Staged, PathBuf)> {
+        let staging = cache.staging_dir("node")?;
+        fs::write(staging.join("out"), format!("output {value}"))?;
+        let mut fingerprint = fingerprint();
+        fingerprint
+            .config
+            .insert("value".to_owned(), serde_json::json!(value));
+        let staged = cache.stage(
+            &format!("node-{value}"),
+            &fingerprint,
+            &staging,
+            &["out".to_owned()],
+            BTreeMap::new(),
+            None,
+            0.1,
+            "now".into(),
+        )?;
+        Ok((staged, staging))
     }
 
     fn fingerprint() -> Fingerprint {

@@ -129,44 +129,16 @@ fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::fs;
     use std::io;
 
     use super::*;
-    use crate::fingerprint::Fingerprint;
+    use crate::cache::tests::stage_value;
 
-    /// A staged result of one output, distinct per `value`.
-    fn to_commit(cache: &Cache, value: usize) -> io::Result<Box<ToCommit>> {
-        let staging = cache.staging_dir("node")?;
-        fs::write(staging.join("out"), format!("output {value}"))?;
-        let mut config = crate::Settings::new();
-        config.insert("value".to_owned(), serde_json::json!(value));
-        let fingerprint = Fingerprint {
-            version: 1,
-            kind: "test".into(),
-            kind_version: 1,
-            config,
-            point: crate::Settings::new(),
-            outputs: vec!["out".into()],
-            inputs: BTreeMap::new(),
-            upstream: BTreeMap::new(),
-            tools: BTreeMap::new(),
-            testbed: BTreeMap::new(),
-            placement: Vec::new(),
-        };
-        let staged = cache.stage(
-            &format!("node-{value}"),
-            &fingerprint,
-            &staging,
-            &["out".to_owned()],
-            BTreeMap::new(),
-            None,
-            0.1,
-            "now".into(),
-        )?;
+    /// A staged result of one output, distinct per `value`, as the committer is handed it.
+    fn to_commit(cache: &Cache, value: u64) -> io::Result<Box<ToCommit>> {
+        let (staged, staging) = stage_value(cache, value)?;
         Ok(Box::new(ToCommit {
-            index: NodeIndex::new(value),
+            index: NodeIndex::new(value as usize),
             staged,
             kind: "test".into(),
             seconds: 0.1,
