@@ -271,3 +271,32 @@ fn a_supervisor_takes_the_next_command_once_the_last_is_done() {
         "a supervisor per command: {supervisors:?}"
     );
 }
+
+/// A supervisor whose command could not be started says why in the node's log and then serves the next
+/// command: four nodes after it, one at a time, each run to its end with its own output.
+#[test]
+fn a_supervisor_serves_the_next_command_after_one_that_could_not_start() {
+    let sandbox = Sandbox::new();
+    let mut pipeline = String::from(
+        "pipeline: unstartable\nnodes:\n  missing:\n    kind: command\n    outputs: [o]\n    run: [/nonexistent/fracflow-test-program]\n",
+    );
+    for i in 0..4 {
+        pipeline.push_str(&format!(
+            "  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} > \"$FRACFLOW_OUT/o\"'\n"
+        ));
+    }
+    sandbox.write("pipelines/unstartable.yaml", &pipeline);
+    let output = sandbox.run(&["run", "unstartable", "--jobs", "1", "--keep-going"]);
+    assert!(!output.status.success(), "{}", text(&output));
+    let latest = sandbox.results("unstartable").join("latest");
+    let log = std::fs::read_to_string(latest.join("logs/missing.log")).expect("the node's log");
+    assert!(
+        log.contains("cannot run /nonexistent/fracflow-test-program"),
+        "{log}"
+    );
+    for i in 0..4 {
+        let written = std::fs::read_to_string(latest.join(format!("nodes/n{i}/o")))
+            .unwrap_or_else(|e| panic!("n{i}'s output: {e}\n{}", text(&output)));
+        assert_eq!(written.trim(), i.to_string());
+    }
+}

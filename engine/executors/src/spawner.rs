@@ -817,10 +817,12 @@ fn supervise_one(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> File {
                 "error: cannot run {}\ncaused by: {error}",
                 request.program.to_string_lossy()
             );
+            // A supervision that ran released them once the command held its copies; one that failed holds
+            // them still.
+            supervisor::release_stdio();
             Ending::NotStarted
         }
     };
-    supervisor::release_stdio();
     let (kind, value): (u8, u32) = match ending {
         Ending::Exited(code) => (0, code as u32),
         Ending::Signalled(signal) => (1, signal as u32),

@@ -52,7 +52,8 @@ pub enum Ended {
 
 /// Runs `command` under supervision until it ends, or until [`STOP_ALL`] or the death of `expected_parent`
 /// (then its tree is killed and it counts as killed by SIGKILL). An error means the supervision could not be
-/// set up or the program could not be started.
+/// set up or the program could not be started; on success the supervisor's own stdin, stdout and stderr were
+/// pointed at `/dev/null` once the command started ([`release_stdio`]).
 pub fn supervise(expected_parent: u32, command: &Program<'_>) -> io::Result<Ended> {
     let watched = watched_signals();
     // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
