@@ -135,10 +135,8 @@ pub(crate) fn release_stdio() {
     }
 }
 
-/// Starts `command` in a process group of its own with no signal blocked and SIGPIPE at its default, by
-/// `posix_spawn`: glibc starts the child with `clone(CLONE_VM | CLONE_VFORK)`, which copies no page tables and
-/// takes no copy-on-write faults, where a `fork` with a `pre_exec` hook (the only way std's `Command` resets a
-/// blocked mask) cost about 0.15 ms a node. Exec errors come back from the call itself.
+/// Starts `command` in a process group of its own with no signal blocked and SIGPIPE at its default, in a child
+/// that shares this process's memory until it execs ([`spawn`]). Exec errors come back from the call itself.
 fn start(command: &Program<'_>) -> io::Result<libc::pid_t> {
     let executable = find_executable(command)?;
     let args: Vec<CString> = std::iter::once(command.program)
@@ -168,70 +166,113 @@ fn start(command: &Program<'_>) -> io::Result<libc::pid_t> {
     }
 }
 
-/// One `posix_spawn` of `executable` with `args` and `env`, in `cwd`, in a new process group.
+/// Bytes of the stack [`spawn`]'s child runs on until it execs: it calls a handful of libc functions, with
+/// frames of a few hundred bytes.
+const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// What [`spawn`]'s child needs, all prepared by the parent: the child allocates nothing and reads nothing
+/// else.
+struct ChildSetup {
+    executable: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    /// The mask the command starts with: no signal blocked.
+    unblocked: libc::sigset_t,
+    /// The errno of the step that failed, written by the child (which shares our memory) before it exits.
+    error: libc::c_int,
+}
+
+/// Starts `executable` with `args` and `env`, in `cwd`, in a new process group, by `clone(CLONE_VM |
+/// CLONE_VFORK)`: the child borrows this process's memory until it execs, so no page table is copied and no
+/// copy-on-write fault is taken (a `fork` with a `pre_exec` hook, the only way std's `Command` resets a
+/// blocked mask, cost about 0.15 ms a node), and we sleep until it has. This is what glibc's `posix_spawn`
+/// does, less its child's walk over all 64 signals (128 `rt_sigaction` calls a command, which `perf trace`
+/// counted per node): this process installs no handler a command could inherit (SIGCHLD is at its default,
+/// the runtime's SIGSEGV and SIGBUS handlers are for faults only, and `exec` resets handlers anyway), so
+/// only SIGPIPE, which Rust's runtime ignores, needs its default back.
 fn spawn(
     executable: &CString,
     args: &[CString],
     env: &[CString],
     cwd: &CString,
 ) -> io::Result<libc::pid_t> {
-    let argv: Vec<*mut libc::c_char> = args
+    let argv: Vec<*const libc::c_char> = args
         .iter()
-        .map(|arg| arg.as_ptr().cast_mut())
-        .chain(std::iter::once(std::ptr::null_mut()))
+        .map(|arg| arg.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let envp: Vec<*mut libc::c_char> = env
+    let envp: Vec<*const libc::c_char> = env
         .iter()
-        .map(|pair| pair.as_ptr().cast_mut())
-        .chain(std::iter::once(std::ptr::null_mut()))
+        .map(|pair| pair.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let flags =
-        libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-    let none = signal_set(&[]);
-    // Rust's runtime ignores SIGPIPE in the spawner; the command gets the default, as std's `Command` does.
-    let default = signal_set(&[libc::SIGPIPE]);
-    // SAFETY: the attribute and action objects are initialised before use and destroyed once, below; every
-    // pointer handed to posix_spawn (strings, the NULL-terminated argv and envp, the sets) outlives the call.
+    let mut setup = ChildSetup {
+        executable: executable.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: cwd.as_ptr(),
+        unblocked: signal_set(&[]),
+        error: 0,
+    };
+    let mut stack = vec![0u8; CHILD_STACK_BYTES];
+    // The stack grows down from its end, which the ABI wants 16-byte aligned.
+    let top = stack.as_mut_ptr_range().end as usize & !15;
+    // Every signal blocked across the clone, so that none reaches the child before it has reset what it
+    // inherits; the child unblocks them just before it execs.
+    // SAFETY: sigfillset initialises `all` and pthread_sigmask reads it and writes `previous`, all on this frame
+    // (an all-zero sigset_t is a valid value to start from).
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    check(unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous)
+    })?;
+    // SAFETY: the child runs `start_child` on `stack`, which outlives it (CLONE_VFORK: clone returns once the
+    // child has exec'd or exited), and reads only `setup` and what its pointers name, which outlive the
+    // call too. SIGCHLD as its exit signal makes it an ordinary child for waitpid.
+    let pid = unsafe {
+        libc::clone(
+            start_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut setup).cast(),
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: as above; restores the mask this thread had.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    if setup.error != 0 {
+        // The child exited without exec'ing: reap it, and say why.
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(setup.error));
+    }
+    Ok(pid)
+}
+
+/// The child of [`spawn`], on its own stack in its parent's memory: only async-signal-safe calls, no
+/// allocation, no unwinding. Its own copy of the signal dispositions (no CLONE_SIGHAND) is what it changes.
+extern "C" fn start_child(setup: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `spawn` passes a live `ChildSetup` and sleeps until this child has exec'd or exited.
+    let setup = unsafe { &mut *setup.cast::<ChildSetup>() };
+    // SAFETY: plain libc calls on the NUL-terminated strings and arrays `spawn` prepared; errno is the
+    // parent thread's (shared memory), read here before anything else can change it.
     unsafe {
-        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
-        let mut attributes: libc::posix_spawnattr_t = std::mem::zeroed();
-        check(libc::posix_spawn_file_actions_init(&mut actions))?;
-        if let Err(e) = check(libc::posix_spawnattr_init(&mut attributes)) {
-            libc::posix_spawn_file_actions_destroy(&mut actions);
-            return Err(e);
+        let ok = libc::setpgid(0, 0) == 0
+            && libc::chdir(setup.cwd) == 0
+            && libc::signal(libc::SIGPIPE, libc::SIG_DFL) != libc::SIG_ERR
+            && libc::sigprocmask(libc::SIG_SETMASK, &setup.unblocked, std::ptr::null_mut()) == 0;
+        if ok {
+            libc::execve(setup.executable, setup.argv, setup.envp);
         }
-        let mut pid: libc::pid_t = 0;
-        let spawned = check(libc::posix_spawn_file_actions_addchdir_np(
-            &mut actions,
-            cwd.as_ptr(),
-        ))
-        .and_then(|()| check(libc::posix_spawnattr_setpgroup(&mut attributes, 0)))
-        .and_then(|()| check(libc::posix_spawnattr_setsigmask(&mut attributes, &none)))
-        .and_then(|()| {
-            check(libc::posix_spawnattr_setsigdefault(
-                &mut attributes,
-                &default,
-            ))
-        })
-        .and_then(|()| {
-            check(libc::posix_spawnattr_setflags(
-                &mut attributes,
-                flags as libc::c_short,
-            ))
-        })
-        .and_then(|()| {
-            check(libc::posix_spawn(
-                &mut pid,
-                executable.as_ptr(),
-                &actions,
-                &attributes,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            ))
-        });
-        libc::posix_spawnattr_destroy(&mut attributes);
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        spawned.map(|()| pid)
+        setup.error = (*libc::__errno_location()).max(1);
+        libc::_exit(127)
     }
 }
 
@@ -500,6 +541,38 @@ mod tests {
         let ids: Vec<&str> = group.split_whitespace().collect();
         assert_eq!(ids.len(), 2, "{group}");
         assert_eq!(ids[0], ids[1], "its process group is its own pid");
+        Ok(())
+    }
+
+    /// The ignored signals in a `/proc/PID/status`, as a bit set (signal n at bit n - 1).
+    fn ignored_signals(status: &str) -> Option<u64> {
+        let line = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigIgn:"))?;
+        u64::from_str_radix(line.trim(), 16).ok()
+    }
+
+    #[test]
+    fn a_command_starts_with_sigpipe_at_its_default_and_a_failed_start_says_why() -> io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+        // The test harness ignores SIGPIPE, as Rust's runtime does in the supervisor: what the child undoes.
+        let ours = ignored_signals(&std::fs::read_to_string("/proc/self/status")?);
+        assert_eq!(ours.map(|set| set & sigpipe), Some(sigpipe));
+        // A non-interactive shell keeps the dispositions it was started with.
+        let started = run(
+            "/bin/sh",
+            &["-c", "cat /proc/$$/status > status"],
+            &[],
+            dir.path(),
+        );
+        assert_eq!(started?, 0);
+        let theirs = ignored_signals(&std::fs::read_to_string(dir.path().join("status"))?);
+        assert_eq!(theirs.map(|set| set & sigpipe), Some(0), "SIGPIPE ignored");
+        // A step that fails before the exec (here the working directory) comes back as the call's error.
+        let gone = run("/bin/true", &[], &[], &dir.path().join("gone"));
+        assert_eq!(gone.map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
         Ok(())
     }
 
