@@ -215,19 +215,14 @@ fn spawn(
         unblocked: signal_set(&[]),
         error: 0,
     };
-    let mut stack = vec![0u8; CHILD_STACK_BYTES];
-    // The stack grows down from its end, which the ABI wants 16-byte aligned.
-    let top = stack.as_mut_ptr_range().end as usize & !15;
+    // Left uninitialised: the child writes its frames before it reads them, and zeroing 64 KiB would sit
+    // between a request and its command's start. The stack grows down from its end, which the ABI wants
+    // 16-byte aligned.
+    let mut stack: Vec<u8> = Vec::with_capacity(CHILD_STACK_BYTES);
+    let top = (stack.as_mut_ptr() as usize + CHILD_STACK_BYTES) & !15;
     // Every signal blocked across the clone, so that none reaches the child before it has reset what it
     // inherits; the child unblocks them just before it execs.
-    // SAFETY: sigfillset initialises `all` and pthread_sigmask reads it and writes `previous`, all on this frame
-    // (an all-zero sigset_t is a valid value to start from).
-    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
-    check(unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous)
-    })?;
+    let previous = change_thread_mask(libc::SIG_SETMASK, &every_signal())?;
     // SAFETY: the child runs `start_child` on `stack`, which outlives it (CLONE_VFORK: clone returns once the
     // child has exec'd or exited), and reads only `setup` and what its pointers name, which outlive the
     // call too. SIGCHLD as its exit signal makes it an ordinary child for waitpid.
@@ -240,8 +235,8 @@ fn spawn(
         )
     };
     let clone_error = io::Error::last_os_error();
-    // SAFETY: as above; restores the mask this thread had.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut()) };
+    // Setting back a mask this thread had just had cannot fail.
+    let _ = change_thread_mask(libc::SIG_SETMASK, &previous);
     drop(stack);
     if pid < 0 {
         return Err(clone_error);
@@ -328,10 +323,13 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
     })
 }
 
-/// Blocks (`SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) `signals` in the calling thread.
-fn change_thread_mask(how: libc::c_int, signals: &libc::sigset_t) -> io::Result<()> {
-    // SAFETY: pthread_sigmask reads `signals` and changes only this thread's mask.
-    check(unsafe { libc::pthread_sigmask(how, signals, std::ptr::null_mut()) })
+/// Blocks (`SIG_BLOCK`), unblocks (`SIG_UNBLOCK`) or sets (`SIG_SETMASK`) `signals` in the calling thread;
+/// returns the mask it had.
+fn change_thread_mask(how: libc::c_int, signals: &libc::sigset_t) -> io::Result<libc::sigset_t> {
+    let mut previous = signal_set(&[]);
+    // SAFETY: pthread_sigmask reads `signals`, writes `previous` and changes only this thread's mask.
+    check(unsafe { libc::pthread_sigmask(how, signals, &mut previous) })?;
+    Ok(previous)
 }
 
 fn check(code: libc::c_int) -> io::Result<()> {
@@ -340,6 +338,13 @@ fn check(code: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::from_raw_os_error(code))
     }
+}
+
+fn every_signal() -> libc::sigset_t {
+    let mut set = signal_set(&[]);
+    // SAFETY: sigfillset writes the set, which signal_set initialised.
+    unsafe { libc::sigfillset(&mut set) };
+    set
 }
 
 fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
