@@ -1,9 +1,9 @@
 //! The `command` kind: a tool run through the process helper, with metrics extracted from its stdout.
 //!
 //! The child sees `FRACFLOW_OUT` (write declared outputs there), `FRACFLOW_ROOT`, `FRACFLOW_NODE`,
-//! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency; `/dev/null` for none) and,
-//! with up to 256 dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id upper-cased,
-//! every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
+//! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency; empty, often `/dev/null`, for
+//! none) and, with up to 256 dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id
+//! upper-cased, every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
 //! transient failures, retried up to the node's `retries`; every other failure is final.
 //!
 //! After a successful exit, every `require` pattern must match the stdout (a provenance banner such as
@@ -37,8 +37,9 @@ use crate::process::{self, Ending, Grace, Spawn};
 /// Above this many dependencies only `FRACFLOW_DEPS` lists them.
 const MAX_DEP_VARIABLES: usize = 256;
 
-/// The dependency listing, `id<TAB>directory` per line, in the staging directory (never an output).
-const DEPS_FILE: &str = ".fracflow-deps.tsv";
+/// The dependency listing, `id<TAB>directory` per line, in the staging directory (never an output), which keeps
+/// it for the next node it serves.
+const DEPS_FILE: &str = fracflow_core::cache::STAGING_KEPT_FILE;
 
 /// The listing of a node without dependencies.
 const EMPTY_DEPS_FILE: &str = "/dev/null";
@@ -48,6 +49,27 @@ const EX_TEMPFAIL: i32 = 75;
 
 #[derive(Debug)]
 pub struct CommandKind;
+
+/// Writes `bytes` over what the plain file at `path` holds, made if missing, keeping its inode and its data
+/// block (a truncation to zero would free the block, and with `discard` the free waits for the disk). Never
+/// through a symlink, nor into a file with another name.
+fn rewrite_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() || metadata.nlink() != 1 {
+        return Err(std::io::Error::other(
+            "not a plain file of the staging directory's own",
+        ));
+    }
+    file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)
+}
 
 /// A command: one shell string (run by `sh -c`), or argv words.
 #[derive(Debug, JsonSchema)]
@@ -408,11 +430,12 @@ impl Executor for CommandKind {
             ("FRACFLOW_ATTEMPT".into(), job.attempt.to_string()),
         ];
         // Every dependency is listed in a file; small fan-ins also get one variable each (thousands of variables
-        // would approach the kernel's limit on the environment's size). A node without dependencies reads the
-        // empty /dev/null: a file made and removed for every leaf of a fan-in or point of a sweep was one of
-        // about seven files a leaf's first run made (`strace -f` of a 500-leaf fan-in), and on ext4 without a
-        // journal each new inode skips the ones deleted in the last minutes.
-        let deps_file = if job.inputs.is_empty() {
+        // would approach the kernel's limit on the environment's size). The file is rewritten in place in the
+        // staging directory, which keeps it for its next node, and a node without dependencies whose directory
+        // holds none reads the empty /dev/null: each inode made and freed per node slows the nodes after it on
+        // ext4 without a journal (see `STAGING_KEPT_FILE`).
+        let deps_path = job.out_dir.join(DEPS_FILE);
+        let deps_file = if job.inputs.is_empty() && fs::symlink_metadata(&deps_path).is_err() {
             PathBuf::from(EMPTY_DEPS_FILE)
         } else {
             let listing: String = job
@@ -420,10 +443,9 @@ impl Executor for CommandKind {
                 .iter()
                 .map(|(id, dir)| format!("{id}\t{}\n", dir.display()))
                 .collect();
-            let deps_file = job.out_dir.join(DEPS_FILE);
-            fs::write(&deps_file, listing)
-                .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_file.display())))?;
-            deps_file
+            rewrite_in_place(&deps_path, listing.as_bytes())
+                .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_path.display())))?;
+            deps_path
         };
         env.push(("FRACFLOW_DEPS".into(), deps_file.display().to_string()));
         if job.inputs.len() <= MAX_DEP_VARIABLES {
@@ -811,9 +833,22 @@ mod tests {
         config: serde_json::Value,
         deps: &[&str],
     ) -> (Result<Outcome, NodeError>, tempfile::TempDir) {
+        run_node_in_staging(config, deps, None)
+    }
+
+    /// [`run_node_after`] in an output directory where a node before left the listing `left` (the staging
+    /// directory keeps it).
+    fn run_node_in_staging(
+        config: serde_json::Value,
+        deps: &[&str],
+        left: Option<&str>,
+    ) -> (Result<Outcome, NodeError>, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let out = dir.path().join("out");
         fs::create_dir_all(&out).expect("out dir");
+        if let Some(left) = left {
+            fs::write(out.join(DEPS_FILE), left).expect("listing left behind");
+        }
         let log = dir.path().join("node.log");
         fs::write(&log, "").expect("log");
         let config = match config {
@@ -875,6 +910,42 @@ mod tests {
                 dir.path().join("dep-b").display()
             )
         );
+    }
+
+    /// The listing a node before left in the staging directory is rewritten with nothing of the old listing
+    /// after the new one; a node without dependencies finds it empty.
+    #[test]
+    fn a_listing_left_in_the_staging_directory_is_rewritten_in_place() {
+        let copy = serde_json::json!({"run": "cat \"$FRACFLOW_DEPS\" > \"$FRACFLOW_OUT/seen\""});
+        let long = "a-much-longer-id\t/some/long/directory/left/by/the/node/before\n".repeat(4);
+        let (result, dir) = run_node_in_staging(copy.clone(), &["b"], Some(&long));
+        result.expect("the node succeeds");
+        let out = dir.path().join("out");
+        let seen = fs::read_to_string(out.join("seen")).unwrap_or_default();
+        assert_eq!(seen, format!("b\t{}\n", dir.path().join("dep-b").display()));
+
+        let (result, dir) = run_node_in_staging(copy, &[], Some(&long));
+        result.expect("the node succeeds");
+        let out = dir.path().join("out");
+        assert_eq!(
+            fs::read_to_string(out.join("seen")).ok().as_deref(),
+            Some("")
+        );
+    }
+
+    /// A symlink under the listing's name (a staging directory never keeps one) fails the node: nothing is
+    /// written through it.
+    #[test]
+    fn a_listing_is_never_written_through_a_symlink() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("users-file");
+        fs::write(&target, "keep me").expect("target");
+        let out = dir.path().join("out");
+        fs::create_dir_all(&out).expect("out");
+        std::os::unix::fs::symlink(&target, out.join(DEPS_FILE)).expect("symlink");
+        let error = rewrite_in_place(&out.join(DEPS_FILE), b"a\t/x\n").expect_err("a symlink");
+        assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
+        assert_eq!(fs::read_to_string(&target).ok().as_deref(), Some("keep me"));
     }
 
     #[test]
