@@ -3,8 +3,8 @@
 //! The child sees `FRACFLOW_OUT` (write declared outputs there), `FRACFLOW_ROOT`, `FRACFLOW_NODE`,
 //! `FRACFLOW_ATTEMPT`, `FRACFLOW_DEPS` (a file: `id<TAB>directory` per dependency; empty, often `/dev/null`, for
 //! none) and, with up to 256 dependencies, `FRACFLOW_DEP_<ID>` for each dependency's output directory (the id
-//! upper-cased, every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a timeout are
-//! transient failures, retried up to the node's `retries`; every other failure is final.
+//! upper-cased, every other character than A–Z and 0–9 turned into `_`). Exit code 75 (`EX_TEMPFAIL`) and a
+//! timeout are transient failures, retried up to the node's `retries`; every other failure is final.
 //!
 //! After a successful exit, every `require` pattern must match the stdout (a provenance banner such as
 //! `################ BENCH 3 ################`), then the `metrics` are read from it: a regex's k-th match
@@ -432,8 +432,8 @@ impl Executor for CommandKind {
         // Every dependency is listed in a file; small fan-ins also get one variable each (thousands of variables
         // would approach the kernel's limit on the environment's size). The file is rewritten in place in the
         // staging directory, which keeps it for its next node, and a node without dependencies whose directory
-        // holds none reads the empty /dev/null: each inode made and freed per node slows the nodes after it on
-        // ext4 without a journal (see `STAGING_KEPT_FILE`).
+        // holds none reads the empty /dev/null: a file made and removed per node costs an inode and, on a
+        // filesystem mounted with `discard`, a wait for the disk (see `STAGING_KEPT_FILE`).
         let deps_path = job.out_dir.join(DEPS_FILE);
         let deps_file = if job.inputs.is_empty() && fs::symlink_metadata(&deps_path).is_err() {
             PathBuf::from(EMPTY_DEPS_FILE)
