@@ -190,6 +190,13 @@ const STAGING_POOL_MAX: usize = 64;
 /// VM's ext4 (`perf record -e sched:sched_switch -g` of a 3 000-node chain).
 pub const STAGING_KEPT_FILE: &str = ".fracflow-deps.tsv";
 
+/// Whether `metadata` (from `symlink_metadata`, or of an open file) is a plain file with no other name: one that
+/// the engine may move, make read-only or write over without touching a file someone else names through a
+/// hard link or a symlink.
+pub fn is_private_file(metadata: &fs::Metadata) -> bool {
+    metadata.file_type().is_file() && metadata.nlink() == 1
+}
+
 /// The largest entry a remote may send (local entries are a few KiB).
 const MAX_REMOTE_ENTRY: u64 = 16 << 20;
 
@@ -377,8 +384,7 @@ impl Cache {
                 // Kept only as a plain file with no other name: a node that left a link there must not have
                 // the next node's listing written through it.
                 if path.file_name() == Some(STAGING_KEPT_FILE.as_ref())
-                    && metadata.is_file()
-                    && metadata.nlink() == 1
+                    && is_private_file(&metadata)
                 {
                     continue;
                 }
@@ -813,8 +819,7 @@ impl Cache {
     /// file with no other name, else a copy beside it in the staging directory. A hard link may be a user's
     /// file elsewhere, whose permissions and name must not change when the blob is made read-only and moved.
     fn private_file(&self, staging: &Path, path: &Path, serial: usize) -> io::Result<PathBuf> {
-        let metadata = fs::symlink_metadata(path)?;
-        if metadata.file_type().is_file() && metadata.nlink() == 1 {
+        if is_private_file(&fs::symlink_metadata(path)?) {
             return Ok(path.to_owned());
         }
         self.private_copy(staging, path, serial)

@@ -54,15 +54,14 @@ pub struct CommandKind;
 /// block (a truncation to zero would free the block, and with `discard` the free waits for the disk). Never
 /// through a symlink, nor into a file with another name.
 fn rewrite_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() || metadata.nlink() != 1 {
+    if !fracflow_core::cache::is_private_file(&file.metadata()?) {
         return Err(std::io::Error::other(
             "not a plain file of the staging directory's own",
         ));
