@@ -932,8 +932,8 @@ mod tests {
         );
     }
 
-    /// A symlink under the listing's name (a staging directory never keeps one) fails the node: nothing is
-    /// written through it.
+    /// A symlink or a hard link under the listing's name (a staging directory never keeps one) fails the node,
+    /// saying why: nothing is written through it.
     #[test]
     fn a_listing_is_never_written_through_a_symlink() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -944,6 +944,14 @@ mod tests {
         std::os::unix::fs::symlink(&target, out.join(DEPS_FILE)).expect("symlink");
         let error = rewrite_in_place(&out.join(DEPS_FILE), b"a\t/x\n").expect_err("a symlink");
         assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
+        assert_eq!(fs::read_to_string(&target).ok().as_deref(), Some("keep me"));
+        fs::remove_file(out.join(DEPS_FILE)).expect("symlink removed");
+        fs::hard_link(&target, out.join(DEPS_FILE)).expect("hard link");
+        let error = rewrite_in_place(&out.join(DEPS_FILE), b"a\t/x\n").expect_err("a hard link");
+        assert_eq!(
+            error.to_string(),
+            "not a plain file of the staging directory's own"
+        );
         assert_eq!(fs::read_to_string(&target).ok().as_deref(), Some("keep me"));
     }
 
