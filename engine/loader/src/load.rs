@@ -271,6 +271,18 @@ impl<'o> Loader<'o> {
                 return None;
             }
         };
+        self.with_base(path, file, tree, chain)
+    }
+
+    /// `tree`, file `file` (read from `path`) as parsed, merged over the files its `base:` names, as
+    /// [`Loader::load_with_base`] returns it: for a caller that has parsed the file already.
+    pub fn with_base(
+        &mut self,
+        path: &Path,
+        file: u32,
+        tree: Node,
+        chain: &mut Vec<PathBuf>,
+    ) -> Option<Node> {
         let tree = match tree.val {
             Val::Map(_) => tree,
             Val::Null => Node::map(

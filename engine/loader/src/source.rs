@@ -21,6 +21,13 @@ pub(crate) struct SourceFile {
     pub text: String,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The files this thread has parsed: the unit tests count the parses of work that should parse each file
+    /// once.
+    pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Every file read by one load, addressed by the `file` number of a [`Loc`].
 #[derive(Debug)]
 pub(crate) struct Sources {
@@ -117,6 +124,8 @@ impl Sources {
     /// Parses file `file` into a tree. A YAML syntax error (tabs, bad indentation, duplicate keys, …) is a
     /// diagnostic at its position.
     pub fn parse(&self, file: u32) -> Result<Node, Box<Diagnostic>> {
+        #[cfg(test)]
+        PARSES.with(|parses| parses.set(parses.get() + 1));
         let text = self
             .files
             .get(file as usize)
