@@ -21,8 +21,19 @@
 //! xxh3 since version 2, the first 8 bytes of its blake3 in version 1, which readers still read). A
 //! file is hostile input: every size is checked against the file's length before anything is allocated or read,
 //! and a page whose checksum differs is an error, never data.
+//!
+//! Keyed columns (version 3). A trace point's requests have several keys (slot, request bytes), and its
+//! statistics are per group of keys. Grouping rows stored in seq order sends each row's latency to one of the
+//! point's groups, a scatter that was most of what was left of a trace's aggregation. So a point with a thread
+//! of more than one key also stores its latency columns in key order ([`KEYED_COLUMNS`]): per thread, the rows of each key
+//! together, keys in increasing order, each key's rows in seq order. The thread's directory entry lists its keys
+//! ([`KeyRows`]) with, per page of the thread, how many of the key's rows are in the pages before it; a cut at
+//! row `r` keeps, of each key, the rows from that count plus those of the key in `r`'s page before `r` (one page
+//! of slots and request sizes read). Points with one key, or too many, have no keyed columns.
 
+use std::collections::HashMap;
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -39,9 +50,9 @@ pub fn sidecar_path(parquet: &Path) -> PathBuf {
     parquet.with_extension("by-thread")
 }
 
-/// The format's version, which the writer writes. Readers read it and version 1, whose pages were checksummed
-/// with blake3 ([`PageChecksum`]), and refuse any other.
-pub const VERSION: u32 = 2;
+/// The format's version, which the writer writes. Readers read it, version 2 (the same without keyed columns)
+/// and version 1, whose pages were checksummed with blake3 ([`PageChecksum`]), and refuse any other.
+pub const VERSION: u32 = 3;
 
 const MAGIC: &[u8; 8] = b"FRFLSBT\0";
 const HEADER_BYTES: u64 = 16;
@@ -68,6 +79,20 @@ pub const STORED_COLUMNS: [SampleColumn; 5] = [
     SampleColumn::Slot,
     SampleColumn::RequestBytes,
 ];
+
+/// The latency columns stored a second time in key order, after [`STORED_COLUMNS`], in a point with keys.
+pub const KEYED_COLUMNS: [SampleColumn; 2] =
+    [SampleColumn::LatencyNs, SampleColumn::LatencyLastPieceNs];
+
+/// A keyed column's name in the directory: its column's, then this.
+const KEYED_SUFFIX: &str = "@key";
+
+/// A thread with more keys than this has no keyed columns (nor has its point): a trace has a few functions and
+/// request sizes, and each key costs the directory a count per page.
+const MAX_KEYS: usize = 256;
+
+/// Nor has a point whose keys' page counts would add up to more entries than this (a directory of a few MiB).
+const MAX_KEY_PAGE_ENTRIES: usize = 1 << 20;
 
 /// One request, as the sidecar's writer needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +179,19 @@ pub struct ThreadLayout {
     pub first_send_ns: Vec<u64>,
     /// Per column, per page (column-major): the page's checksum ([`PageChecksum`] of the file's version).
     pub checksums: Vec<u64>,
+    /// Its keys in increasing order, when the file has keyed columns; empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyRows>,
+}
+
+/// One key's rows in a thread: in the keyed columns, after the rows of the keys before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRows {
+    pub slot: u32,
+    pub request_bytes: u32,
+    pub rows: u64,
+    /// Per page of the thread, how many of the key's rows are in the pages before it.
+    pub before_page: Vec<u64>,
 }
 
 /// The directory at the end of the file.
@@ -239,7 +277,7 @@ pub enum PageChecksum {
     /// Version 1: the first 8 bytes of the page's blake3, little-endian. 2–4 GB/s on the 4–16 KiB pages, a
     /// tenth of a trace's aggregation (`bench/aggregate_100m.sh`, mode `trace`).
     Blake3,
-    /// Version 2: the page's xxh3 (64 bits), about 24 GB/s on the same pages.
+    /// Versions 2 and 3: the page's xxh3 (64 bits), about 24 GB/s on the same pages.
     Xxh3,
 }
 
@@ -248,7 +286,7 @@ impl PageChecksum {
     pub fn of_version(version: u32) -> Option<PageChecksum> {
         match version {
             1 => Some(PageChecksum::Blake3),
-            2 => Some(PageChecksum::Xxh3),
+            2 | 3 => Some(PageChecksum::Xxh3),
             _ => None,
         }
     }
@@ -364,7 +402,7 @@ pub fn begin<T>(
     if let Some((thread, _, _)) = runs.iter().find(|(thread, _, _)| *thread > MAX_THREAD_ID) {
         not_indexed = Some(format!("thread id {thread} is above {MAX_THREAD_ID}"));
     }
-    let columns: Vec<StoredColumn> = STORED_COLUMNS
+    let mut columns: Vec<StoredColumn> = STORED_COLUMNS
         .iter()
         .zip(maxima)
         .map(|(column, max)| StoredColumn {
@@ -372,6 +410,23 @@ pub fn begin<T>(
             width: width_of(max),
         })
         .collect();
+    let keyed = if not_indexed.is_none() {
+        keyed_threads(samples, &runs, &row)
+    } else {
+        None
+    };
+    if keyed.is_some() {
+        for column in KEYED_COLUMNS {
+            let width = columns
+                .iter()
+                .find(|stored| stored.name == column.name())
+                .map_or(8, |stored| stored.width);
+            columns.push(StoredColumn {
+                name: keyed_name(column),
+                width,
+            });
+        }
+    }
 
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
     out.write_all(MAGIC)?;
@@ -382,7 +437,7 @@ pub fn begin<T>(
     let page_rows = PAGE_ROWS as usize;
     let mut page = Vec::with_capacity(page_rows * 8);
     if not_indexed.is_none() {
-        for &(thread, start, end) in &runs {
+        for (index, &(thread, start, end)) in runs.iter().enumerate() {
             let rows = end - start;
             let pages = rows.div_ceil(page_rows);
             let mut layout = ThreadLayout {
@@ -393,6 +448,7 @@ pub fn begin<T>(
                     .map(|p| row(&samples[start + p * page_rows]).t_send_ns)
                     .collect(),
                 checksums: Vec::with_capacity(pages * columns.len()),
+                keys: Vec::new(),
             };
             for (&column, stored) in STORED_COLUMNS.iter().zip(&columns) {
                 for first in (start..end).step_by(page_rows) {
@@ -406,6 +462,23 @@ pub fn begin<T>(
                     offset += page.len() as u64;
                 }
             }
+            if let Some(keyed) = &keyed {
+                let (keys, order) = keyed_order(rows, &keyed[index]);
+                let stored = &columns[STORED_COLUMNS.len()..];
+                for (&column, stored) in KEYED_COLUMNS.iter().zip(stored) {
+                    for first in (0..rows).step_by(page_rows) {
+                        page.clear();
+                        let values = order[first..(first + page_rows).min(rows)]
+                            .iter()
+                            .map(|&i| row(&samples[start + i as usize]).value(column));
+                        encode(values, stored.width, &mut page);
+                        layout.checksums.push(page_checksum(&page));
+                        out.write_all(&page)?;
+                        offset += page.len() as u64;
+                    }
+                }
+                layout.keys = keys;
+            }
             threads.push(layout);
         }
     }
@@ -415,6 +488,131 @@ pub fn begin<T>(
         threads,
         not_indexed,
     })
+}
+
+/// A keyed column's name in the directory.
+fn keyed_name(column: SampleColumn) -> String {
+    format!("{}{KEYED_SUFFIX}", column.name())
+}
+
+/// A row's key: its slot and request size in one integer, in the keys' order.
+fn packed_key(row: &SampleRow) -> u64 {
+    (u64::from(row.slot) << 32) | u64::from(row.request_bytes)
+}
+
+/// One thread's keys as the first pass finds them: each row's key (an index into `keys`, which are in the
+/// order they first appear), and each key's rows.
+struct ThreadKeys {
+    keys: Vec<(u64, u64)>,
+    row_keys: Vec<u32>,
+}
+
+/// Each thread's keys (`runs`: thread, first and end sample), when the point has keyed columns: more than one
+/// key in a thread (with one key per thread, grouping a thread's rows moves nothing), at most [`MAX_KEYS`] in
+/// each thread, at most [`MAX_KEY_PAGE_ENTRIES`] page counts over all, and no
+/// thread of 2^32 rows or more (a row's place in its key order is a `u32`).
+fn keyed_threads<T>(
+    samples: &[T],
+    runs: &[(u32, usize, usize)],
+    row: &impl Fn(&T) -> SampleRow,
+) -> Option<Vec<ThreadKeys>> {
+    let mut threads = Vec::with_capacity(runs.len());
+    let mut several = false;
+    let mut entries = 0usize;
+    for &(_, start, end) in runs {
+        u32::try_from(end - start).ok()?;
+        let mut ids: HashMap<u64, u32, BuildHasherDefault<KeyHasher>> = HashMap::default();
+        let mut keys: Vec<(u64, u64)> = Vec::new();
+        let mut row_keys = Vec::with_capacity(end - start);
+        for sample in &samples[start..end] {
+            let key = packed_key(&row(sample));
+            let id = *ids.entry(key).or_insert_with(|| {
+                keys.push((key, 0));
+                (keys.len() - 1) as u32
+            });
+            if let Some((_, rows)) = keys.get_mut(id as usize) {
+                *rows += 1;
+            }
+            row_keys.push(id);
+        }
+        if keys.len() > MAX_KEYS {
+            return None;
+        }
+        several |= keys.len() > 1;
+        entries += keys.len() * (end - start).div_ceil(PAGE_ROWS as usize);
+        if entries > MAX_KEY_PAGE_ENTRIES {
+            return None;
+        }
+        threads.push(ThreadKeys { keys, row_keys });
+    }
+    several.then_some(threads)
+}
+
+/// A thread's keys in increasing order with their page counts, and its `rows` rows (indexes from its first) in
+/// key order.
+fn keyed_order(rows: usize, thread: &ThreadKeys) -> (Vec<KeyRows>, Vec<u32>) {
+    let mut by_key: Vec<usize> = (0..thread.keys.len()).collect();
+    by_key.sort_by_key(|&id| thread.keys[id].0);
+    // Each first-seen id's place in key order, and where its rows start in the keyed columns.
+    let mut rank = vec![0usize; by_key.len()];
+    let mut next = vec![0usize; by_key.len()];
+    let mut at = 0usize;
+    for (place, &id) in by_key.iter().enumerate() {
+        rank[id] = place;
+        next[place] = at;
+        at += thread.keys[id].1 as usize;
+    }
+    let page_rows = PAGE_ROWS as usize;
+    let pages = rows.div_ceil(page_rows);
+    let mut seen = vec![0u64; by_key.len()];
+    let mut before_page = vec![Vec::with_capacity(pages); by_key.len()];
+    let mut order = vec![0u32; rows];
+    for (i, &id) in thread.row_keys.iter().enumerate() {
+        if i % page_rows == 0 {
+            for (counts, &seen) in before_page.iter_mut().zip(&seen) {
+                counts.push(seen);
+            }
+        }
+        let place = rank[id as usize];
+        order[next[place]] = i as u32;
+        next[place] += 1;
+        seen[place] += 1;
+    }
+    let keys = by_key
+        .iter()
+        .zip(before_page)
+        .map(|(&id, before_page)| {
+            let (key, rows) = thread.keys[id];
+            KeyRows {
+                slot: (key >> 32) as u32,
+                request_bytes: key as u32,
+                rows,
+                before_page,
+            }
+        })
+        .collect();
+    (keys, order)
+}
+
+/// The hash of a packed key in the writer's first pass, one per row: a multiply and a fold instead of SipHash,
+/// since the keys are the writer's own.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
 }
 
 /// Appends `values` to `page` as little-endian integers of `width` bytes (the width holds every value).
@@ -604,14 +802,113 @@ impl SamplesByThread {
         rows: std::ops::Range<u64>,
         out: &mut [T],
     ) -> Result<(), ByThreadError> {
-        let thread = &self.directory.threads[index];
         let Some(c) = self.column_index(column) else {
             return Err(self.corrupt(format!("no column `{}`", column.name())));
         };
+        self.read_column(index, c, rows, out)
+    }
+
+    /// Whether the file has keyed columns, and so every thread its keys ([`SamplesByThread::keys`]).
+    pub fn keyed(&self) -> bool {
+        self.keyed_index(KEYED_COLUMNS[0]).is_some()
+    }
+
+    /// The keys of thread `index`, in the order of the keyed columns; empty when the file has none.
+    pub fn keys(&self, index: usize) -> &[KeyRows] {
+        &self.directory.threads[index].keys
+    }
+
+    /// Where, in the keyed columns of thread `index`, each of its keys ([`SamplesByThread::keys`] order) has its
+    /// rows from row `from` (in seq order) on: the rows a cut at `from` keeps. Reads the slots and request sizes
+    /// of `from`'s page before it, which the page counts do not tell apart.
+    pub fn keyed_rows_from(
+        &self,
+        index: usize,
+        from: u64,
+    ) -> Result<Vec<std::ops::Range<u64>>, ByThreadError> {
+        let thread = &self.directory.threads[index];
+        let from = from.min(thread.rows);
+        let page_rows = u64::from(self.directory.page_rows);
+        let page = from / page_rows;
+        let page_start = page * page_rows;
+        // Each key's rows before `from`: those before its page, then those in the page before it.
+        let mut before: Vec<u64> = thread
+            .keys
+            .iter()
+            .map(|key| {
+                key.before_page
+                    .get(page as usize)
+                    .copied()
+                    .unwrap_or(key.rows)
+            })
+            .collect();
+        if from > page_start {
+            let len = (from - page_start) as usize;
+            let (mut slots, mut bytes) = (vec![0u32; len], vec![0u32; len]);
+            self.read_rows(index, SampleColumn::Slot, page_start..from, &mut slots)?;
+            self.read_rows(
+                index,
+                SampleColumn::RequestBytes,
+                page_start..from,
+                &mut bytes,
+            )?;
+            for (&slot, &request_bytes) in slots.iter().zip(&bytes) {
+                let Ok(key) = thread
+                    .keys
+                    .binary_search_by_key(&(slot, request_bytes), |k| (k.slot, k.request_bytes))
+                else {
+                    return Err(self.corrupt_thread(index, "a row's key is not among its keys"));
+                };
+                before[key] += 1;
+            }
+        }
+        let mut start = 0u64;
+        let mut ranges = Vec::with_capacity(thread.keys.len());
+        for (key, before) in thread.keys.iter().zip(before) {
+            if before > key.rows {
+                return Err(
+                    self.corrupt_thread(index, "a key has more rows before a cut than in all")
+                );
+            }
+            ranges.push(start + before..start + key.rows);
+            start += key.rows;
+        }
+        Ok(ranges)
+    }
+
+    /// [`SamplesByThread::read_rows`] of the keyed copy of `column` (one of [`KEYED_COLUMNS`]): `rows` are
+    /// places in the keyed columns ([`SamplesByThread::keyed_rows_from`]).
+    pub fn read_keyed_rows<T: RowValue>(
+        &self,
+        index: usize,
+        column: SampleColumn,
+        rows: std::ops::Range<u64>,
+        out: &mut [T],
+    ) -> Result<(), ByThreadError> {
+        let Some(c) = self.keyed_index(column) else {
+            return Err(self.corrupt(format!("no column `{}`", keyed_name(column))));
+        };
+        self.read_column(index, c, rows, out)
+    }
+
+    fn keyed_index(&self, column: SampleColumn) -> Option<usize> {
+        let name = keyed_name(column);
+        self.directory.columns.iter().position(|c| c.name == name)
+    }
+
+    /// The values of the column at `c` (directory order) at `rows` of thread `index`, into `out`.
+    fn read_column<T: RowValue>(
+        &self,
+        index: usize,
+        c: usize,
+        rows: std::ops::Range<u64>,
+        out: &mut [T],
+    ) -> Result<(), ByThreadError> {
+        let thread = &self.directory.threads[index];
+        let name = &self.directory.columns[c].name;
         if self.widths[c].1 > T::MAX_WIDTH {
             return Err(self.corrupt(format!(
-                "`{}` is stored in {} bytes, more than a {}-byte read holds",
-                column.name(),
+                "`{name}` is stored in {} bytes, more than a {}-byte read holds",
                 self.widths[c].1,
                 T::MAX_WIDTH
             )));
@@ -644,9 +941,8 @@ impl SamplesByThread {
                 })?;
             if self.checksum.of(bytes) != thread.checksums[c * pages as usize + p as usize] {
                 return Err(self.corrupt(format!(
-                    "thread {}: page {p} of `{}` has another checksum",
+                    "thread {}: page {p} of `{name}` has another checksum",
                     thread.thread,
-                    column.name()
                 )));
             }
             let from = (rows.start.max(page_start) - page_start) as usize;
@@ -734,9 +1030,9 @@ fn check_layout(
     let mut widths = Vec::with_capacity(directory.columns.len());
     let mut before = 0u64;
     for (i, column) in directory.columns.iter().enumerate() {
-        if !STORED_COLUMNS.iter().any(|c| c.name() == column.name)
-            || directory.columns[..i].iter().any(|c| c.name == column.name)
-        {
+        let known = STORED_COLUMNS.iter().any(|c| c.name() == column.name)
+            || KEYED_COLUMNS.iter().any(|&c| keyed_name(c) == column.name);
+        if !known || directory.columns[..i].iter().any(|c| c.name == column.name) {
             return Err(format!("column `{}` unknown or repeated", column.name));
         }
         if ![1, 2, 4, 8].contains(&column.width) {
@@ -757,6 +1053,18 @@ fn check_layout(
             .any(|stored| stored.name == c.name())
     }) {
         return Err(format!("no column `{}`", missing.name()));
+    }
+    let keyed_columns = KEYED_COLUMNS
+        .iter()
+        .filter(|&&c| {
+            directory
+                .columns
+                .iter()
+                .any(|stored| stored.name == keyed_name(c))
+        })
+        .count();
+    if keyed_columns != 0 && keyed_columns != KEYED_COLUMNS.len() {
+        return Err("some keyed columns, not all".to_owned());
     }
     let row_bytes = before;
     let page_rows = u64::from(directory.page_rows);
@@ -791,8 +1099,60 @@ fn check_layout(
                 thread.thread
             ));
         }
+        check_keys(thread, keyed_columns != 0, page_rows)
+            .map_err(|why| format!("thread {}: {why}", thread.thread))?;
     }
     Ok(widths)
+}
+
+/// Checks a thread's keys: present exactly when the file has keyed columns, in increasing order, their rows
+/// adding up to the thread's, and their page counts each a count of rows before a page boundary.
+fn check_keys(thread: &ThreadLayout, keyed: bool, page_rows: u64) -> Result<(), String> {
+    if !keyed {
+        return match thread.keys.is_empty() {
+            true => Ok(()),
+            false => Err("keys without keyed columns".to_owned()),
+        };
+    }
+    if thread.keys.is_empty() != (thread.rows == 0) || thread.keys.len() > MAX_KEYS {
+        return Err(format!(
+            "{} keys for {} rows",
+            thread.keys.len(),
+            thread.rows
+        ));
+    }
+    if !thread
+        .keys
+        .windows(2)
+        .all(|pair| (pair[0].slot, pair[0].request_bytes) < (pair[1].slot, pair[1].request_bytes))
+    {
+        return Err("keys not in increasing order".to_owned());
+    }
+    let total = thread
+        .keys
+        .iter()
+        .try_fold(0u64, |total, key| total.checked_add(key.rows));
+    if total != Some(thread.rows) {
+        return Err(format!("its keys' rows are not its {} rows", thread.rows));
+    }
+    let pages = thread.rows.div_ceil(page_rows) as usize;
+    for key in &thread.keys {
+        if key.before_page.len() != pages
+            || key.before_page.first().is_some_and(|&first| first != 0)
+            || !key.before_page.is_sorted()
+            || key.before_page.last().is_some_and(|&last| last > key.rows)
+        {
+            return Err("a key's page counts are not counts of its rows".to_owned());
+        }
+    }
+    // Before each page, the keys' rows are the rows of the pages before it.
+    for page in 0..pages {
+        let before: u64 = thread.keys.iter().map(|key| key.before_page[page]).sum();
+        if before != page as u64 * page_rows {
+            return Err(format!("the keys' rows before page {page} are {before}"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -956,12 +1316,17 @@ mod tests {
     fn every_flipped_byte_and_every_truncation_is_an_error_not_data() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         fake_parquet(&dir.path().join("samples.parquet"), b"f");
-        let rows: Vec<SampleRow> = (0..300)
-            .map(|s| row(s as u32 % 3, s, s * 7, 1000 + s * s))
+        // Three threads of 50 rows, two keys in each: the file has keyed columns.
+        let rows: Vec<SampleRow> = (0..150)
+            .map(|s| SampleRow {
+                slot: (s % 2) as u32,
+                ..row((s / 50) as u32, s, s * 7, 1000 + s * s)
+            })
             .collect();
         write(dir.path(), &rows);
         let path = dir.path().join(SAMPLES_BY_THREAD_FILE);
         let good = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(open(dir.path()).is_ok_and(|file| file.keyed()));
         let read_all = || -> Result<(), ByThreadError> {
             let file = open(dir.path())?;
             for (index, (_, count)) in file.threads().collect::<Vec<_>>().into_iter().enumerate() {
@@ -969,7 +1334,11 @@ mod tests {
                 for column in STORED_COLUMNS {
                     file.read_rows(index, column, 0..count, &mut out)?;
                 }
+                for column in KEYED_COLUMNS {
+                    file.read_keyed_rows(index, column, 0..count, &mut out)?;
+                }
                 file.first_row_sent_from(index, 500)?;
+                file.keyed_rows_from(index, 7)?;
             }
             Ok(())
         };
@@ -986,5 +1355,98 @@ mod tests {
                 "truncated to {len}"
             );
         }
+    }
+
+    /// The keyed columns hold each key's rows in seq order, keys in increasing order, and a cut at any row keeps
+    /// of each key exactly its rows from that row on, at page boundaries and inside pages.
+    #[test]
+    fn keyed_columns_hold_each_keys_rows_and_a_cut_keeps_each_keys_rows_after_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"keyed");
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rows = Vec::new();
+        for (thread, count) in [(0u32, 10_000u64), (1, 1), (3, 2 * u64::from(PAGE_ROWS))] {
+            for seq in 0..count {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                rows.push(SampleRow {
+                    slot: (state % 3) as u32,
+                    request_bytes: 64 + 512 * ((state >> 8) % 4) as u32,
+                    ..row(thread, seq, seq * 10, state % 100_000)
+                });
+            }
+        }
+        write(dir.path(), &rows);
+        let file = open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(file.keyed());
+        for (index, (thread, count)) in file.threads().collect::<Vec<_>>().into_iter().enumerate() {
+            let own: Vec<&SampleRow> = rows.iter().filter(|r| r.thread == thread).collect();
+            let mut keys: Vec<(u32, u32)> = own.iter().map(|r| (r.slot, r.request_bytes)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let listed: Vec<(u32, u32)> = file
+                .keys(index)
+                .iter()
+                .map(|k| (k.slot, k.request_bytes))
+                .collect();
+            assert_eq!(listed, keys, "thread {thread}");
+            // Every row around each page boundary, and others spread over the thread.
+            let page = u64::from(PAGE_ROWS);
+            let froms = (0..=count).filter(|&from| {
+                from % 61 == 0 || from % page <= 2 || from % page >= page - 2 || from == count
+            });
+            for from in froms {
+                let ranges = file
+                    .keyed_rows_from(index, from)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let expected: Vec<u64> = keys
+                    .iter()
+                    .map(|&key| {
+                        own[from as usize..]
+                            .iter()
+                            .filter(|r| (r.slot, r.request_bytes) == key)
+                            .count() as u64
+                    })
+                    .collect();
+                let kept: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
+                assert_eq!(kept, expected, "thread {thread}, from {from}");
+                let checked = [0, 1, 4095, 4096, 4097, 5000, count];
+                if !checked.contains(&from) {
+                    continue;
+                }
+                for (range, &key) in ranges.iter().zip(&keys) {
+                    let mut latencies = vec![0u64; (range.end - range.start) as usize];
+                    file.read_keyed_rows(
+                        index,
+                        SampleColumn::LatencyNs,
+                        range.clone(),
+                        &mut latencies,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
+                    let wanted: Vec<u64> = own[from as usize..]
+                        .iter()
+                        .filter(|r| (r.slot, r.request_bytes) == key)
+                        .map(|r| r.latency_ns)
+                        .collect();
+                    assert_eq!(
+                        latencies, wanted,
+                        "thread {thread}, from {from}, key {key:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A point whose threads each have one key has no keyed columns: grouping a thread's rows moves nothing.
+    #[test]
+    fn one_key_per_thread_is_not_keyed() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fake_parquet(&dir.path().join("samples.parquet"), b"one key");
+        let rows: Vec<SampleRow> = (0..300).map(|s| row((s / 100) as u32, s, s, s)).collect();
+        write(dir.path(), &rows);
+        let file = open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!file.keyed());
+        assert!(file.keys(0).is_empty());
     }
 }
