@@ -11,14 +11,14 @@
 # Goal (issue 14): >= 150 M rows/s, >= 4x polars and < 1 GiB peak RSS in every mode.
 # Usage: bench/aggregate_100m.sh [POINTS [ROWS_PER_POINT [DATA_DIR]]]   (default 32 × 3 125 000 = 100 M rows)
 #        MODES="trace fig16" runs only those modes (default: all five).
-# The data (about 2.6 GB: 0.8 GB of Parquet, 1.8 GB of sidecars) is generated once into DATA_DIR (default
-# $TMPDIR/fracflow-aggbench-v3-POINTSxROWS) and kept.
+# The data (about 3.4 GB: 0.8 GB of Parquet, 2.6 GB of sidecars with their keyed latency columns) is generated
+# once into DATA_DIR (default $TMPDIR/fracflow-aggbench-v4-POINTSxROWS) and kept.
 set -euo pipefail
 points=${1:-32}
 repeats=${REPEATS:-3}
 rows_per_point=${2:-3125000}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-data=${3:-${TMPDIR:-/tmp}/fracflow-aggbench-v3-${points}x${rows_per_point}}
+data=${3:-${TMPDIR:-/tmp}/fracflow-aggbench-v4-${points}x${rows_per_point}}
 
 exe=$(cargo build --release --locked -q -p fracflow-aggregate --bench aggbench --message-format=json \
         --manifest-path "$repo/Cargo.toml" |

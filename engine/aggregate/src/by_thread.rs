@@ -130,12 +130,17 @@ fn read_trace_groups<T: RowValue + Latency>(
     runs: usize,
 ) -> Result<Vec<(GroupKey, CountedValues<T>)>, ByThreadError> {
     let runs = thread_runs(ranges, runs);
+    let keyed = file.keyed();
     let per_run: Vec<TraceGroups<T>> = runs
         .into_par_iter()
         .map(|threads| {
             let mut groups = TraceGroups::new(piece);
             for index in threads {
-                groups.read_thread(file, index, ranges[index].clone(), latency)?;
+                if keyed {
+                    groups.read_keyed_thread(file, index, ranges[index].start, latency)?;
+                } else {
+                    groups.read_thread(file, index, ranges[index].clone(), latency)?;
+                }
             }
             Ok(groups)
         })
@@ -235,6 +240,30 @@ impl<T: RowValue + Latency> TraceGroups<T> {
             *self.sparse.entry(key.packed()).or_insert_with(new_id)
         };
         id as usize
+    }
+
+    /// Adds thread `index`'s rows from `from` on from the file's keyed columns: each key's kept rows are one
+    /// range of them, read straight into its group's pieces. Without them, each row's latency went to its group
+    /// one row at a time ([`TraceGroups::read_thread`]), most of what a trace's aggregation had left.
+    fn read_keyed_thread(
+        &mut self,
+        file: &SamplesByThread,
+        index: usize,
+        from: u64,
+        latency: SampleColumn,
+    ) -> Result<(), ByThreadError> {
+        let kept = file.keyed_rows_from(index, from)?;
+        for (key, rows) in file.keys(index).iter().zip(kept) {
+            if rows.is_empty() {
+                continue;
+            }
+            let id = self.id(trace_group(key.slot, key.request_bytes, self.piece));
+            self.groups[id].fill(rows.end - rows.start, |done, out| {
+                let start = rows.start + done;
+                file.read_keyed_rows(index, latency, start..start + out.len() as u64, out)
+            })?;
+        }
+        Ok(())
     }
 
     /// Adds thread `index`'s `rows`, reading its slots, request sizes and latencies a batch at a time.

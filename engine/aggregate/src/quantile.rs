@@ -137,7 +137,7 @@ impl Buckets {
 
 /// A latency as an exact selection holds it: `u32` when the point's column is stored in at most 4 bytes (half
 /// the memory, and half the bytes every pass over the values reads), `u64` otherwise.
-pub(crate) trait Latency: Copy + Ord + Send + Sync + Into<u64> {
+pub(crate) trait Latency: Copy + Default + Ord + Send + Sync + Into<u64> {
     /// The largest value of the type.
     const MAX: u64;
 
@@ -455,6 +455,28 @@ impl<T: Latency> CountedValues<T> {
             self.next_piece();
         }
         self.values.push(value);
+    }
+
+    /// Adds `count` values that `read` writes, a piece's room at a time: `read(done, out)` fills `out` with
+    /// the values from the `done`-th on.
+    pub(crate) fn fill<E>(
+        &mut self,
+        count: u64,
+        mut read: impl FnMut(u64, &mut [T]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut done = 0u64;
+        while done < count {
+            if self.values.len() == PIECE_VALUES {
+                self.next_piece();
+            }
+            let len = self.values.len();
+            let take =
+                (PIECE_VALUES - len).min(usize::try_from(count - done).unwrap_or(usize::MAX));
+            self.values.resize(len + take, T::default());
+            read(done, &mut self.values[len..])?;
+            done += take as u64;
+        }
+        Ok(())
     }
 
     /// Counts the full piece, puts it aside and starts another.
