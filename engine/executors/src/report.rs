@@ -248,11 +248,11 @@ pub fn write_run_report<P>(
             .nodes
             .iter()
             .map(|(id, record)| ReportNode {
-                id: id.clone(),
-                kind: record.kind.clone(),
+                id,
+                kind: &record.kind,
                 status: record.status,
                 seconds: record.seconds,
-                log: record.log.clone(),
+                log: record.log.as_deref(),
             })
             .collect()
     };

@@ -9,11 +9,13 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use fracflow_record::{ExpectationResult, NodeStatus, PaperComparison, Provenance, Table, Verdict};
+use fracflow_record::{
+    ExpectationResult, Files, NodeStatus, PaperComparison, Provenance, Publish, Table, Verdict,
+};
 
 /// Everything the page shows. Paths are relative to the page, so the run directory can move as a whole.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub struct Report<'a> {
     pub provenance: Provenance,
     pub title: String,
     pub figures: Vec<ReportFigure>,
@@ -21,7 +23,7 @@ pub struct Report {
     pub expectations: Vec<ExpectationResult>,
     /// Provenance rows: git commit, tool versions, image and partial hashes, testbed fields.
     pub build: Vec<(String, String)>,
-    pub nodes: Vec<ReportNode>,
+    pub nodes: Vec<ReportNode<'a>>,
     /// Set for a run that repeated another exactly: `nodes` is then empty, and the page names that run,
     /// whose report lists them.
     pub repeats: Option<RepeatedRun>,
@@ -50,26 +52,47 @@ pub struct ReportTable {
     pub csv: String,
 }
 
+/// One row of the node table, borrowed from the run's manifest: a copy of every id was a fifth of what the end
+/// of a 30 000-node run held.
 #[derive(Debug, Clone)]
-pub struct ReportNode {
-    pub id: String,
-    pub kind: String,
+pub struct ReportNode<'a> {
+    pub id: &'a str,
+    pub kind: &'a str,
     pub status: NodeStatus,
     pub seconds: Option<f64>,
-    pub log: Option<String>,
+    pub log: Option<&'a str>,
 }
 
 /// Rows rendered per table; past this the page would be slow to scroll and the CSV is the better view.
 pub const MAX_TABLE_ROWS: usize = 50;
 
-/// Writes the page to `path` atomically.
-pub fn write_report(report: &Report, path: &Path) -> io::Result<()> {
-    fracflow_record::atomic_write(path, render_html(report).as_bytes())
+/// How much of the page is built before it is handed on: the node table of a 300 000-node run is tens of
+/// megabytes of HTML, which a run would otherwise hold whole at its end beside everything else.
+const PIECE: usize = 64 * 1024;
+
+/// Writes the page to `path` atomically (durable, as [`fracflow_record::atomic_write`]), piece by piece.
+pub fn write_report(report: &Report<'_>, path: &Path) -> io::Result<()> {
+    Files::real()
+        .prepare(path, Publish::Durable, |out| {
+            render(report, &mut |piece| out.write_all(piece.as_bytes()))
+        })?
+        .publish()
 }
 
 /// The page's HTML.
-pub fn render_html(report: &Report) -> String {
-    let mut page = String::with_capacity(16 * 1024);
+pub fn render_html(report: &Report<'_>) -> String {
+    let mut html = String::new();
+    // Appending to a string cannot fail.
+    let _ = render(report, &mut |piece| {
+        html.push_str(piece);
+        Ok(())
+    });
+    html
+}
+
+/// Renders the page and hands it to `emit` in pieces of about [`PIECE`] bytes.
+fn render(report: &Report<'_>, emit: &mut dyn FnMut(&str) -> io::Result<()>) -> io::Result<()> {
+    let mut page = String::with_capacity(PIECE + 16 * 1024);
     let title = escape(&report.title);
     page.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     page.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
@@ -96,14 +119,14 @@ pub fn render_html(report: &Report) -> String {
     push_build(&mut page, &report.build);
     match &report.repeats {
         Some(repeated) => push_repeated(&mut page, repeated),
-        None => push_nodes(&mut page, &report.nodes),
+        None => push_nodes(&mut page, &report.nodes, emit)?,
     }
     let _ = writeln!(
         page,
         "</main>\n<footer>{}</footer>\n</body>\n</html>",
         escape(&report.provenance.footer())
     );
-    page
+    emit(&page)
 }
 
 const STYLE: &str = "
@@ -390,7 +413,12 @@ fn push_repeated(page: &mut String, repeated: &RepeatedRun) {
     page.push_str("</section>\n");
 }
 
-fn push_nodes(page: &mut String, nodes: &[ReportNode]) {
+/// The node table; what is built so far goes to `emit` whenever it passes [`PIECE`] bytes.
+fn push_nodes(
+    page: &mut String,
+    nodes: &[ReportNode<'_>],
+    emit: &mut dyn FnMut(&str) -> io::Result<()>,
+) -> io::Result<()> {
     page.push_str("<section id=\"nodes\">\n<h2>Nodes</h2>\n");
     let count = |wanted: NodeStatus| nodes.iter().filter(|node| node.status == wanted).count();
     let _ = writeln!(
@@ -414,11 +442,16 @@ fn push_nodes(page: &mut String, nodes: &[ReportNode]) {
         let _ = writeln!(
             page,
             "<tr><td><code>{}</code></td><td>{}</td><td class=\"status-{status}\">{status}</td><td class=\"num\">{seconds}</td><td>{log}</td></tr>",
-            escape(&node.id),
-            escape(&node.kind)
+            escape(node.id),
+            escape(node.kind)
         );
+        if page.len() >= PIECE {
+            emit(page)?;
+            page.clear();
+        }
     }
     page.push_str("</tbody>\n</table>\n</section>\n");
+    Ok(())
 }
 
 /// Text made safe for HTML element content and quoted attribute values.

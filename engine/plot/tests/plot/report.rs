@@ -23,7 +23,7 @@ fn figure(stem: &str) -> ReportFigure {
     }
 }
 
-fn report(figures: Vec<ReportFigure>) -> Report {
+fn report(figures: Vec<ReportFigure>) -> Report<'static> {
     let mut long = Table::new(vec!["i".to_owned(), "note".to_owned()]);
     for i in 0..MAX_TABLE_ROWS + 7 {
         long.rows
@@ -77,15 +77,15 @@ fn report(figures: Vec<ReportFigure>) -> Report {
         ],
         nodes: vec![
             ReportNode {
-                id: "measure[units=1,m=1024]".to_owned(),
-                kind: "measure".to_owned(),
+                id: "measure[units=1,m=1024]",
+                kind: "measure",
                 status: NodeStatus::Built,
                 seconds: Some(31.25),
-                log: Some("nodes/measure[units=1,m=1024]/log.txt".to_owned()),
+                log: Some("nodes/measure[units=1,m=1024]/log.txt"),
             },
             ReportNode {
-                id: "plot".to_owned(),
-                kind: "plot".to_owned(),
+                id: "plot",
+                kind: "plot",
                 status: NodeStatus::Failed,
                 seconds: None,
                 log: None,
@@ -139,6 +139,38 @@ fn a_repeat_names_the_run_it_repeated_instead_of_a_row_per_node() {
     );
     assert!(!html.contains("<th>node</th>"), "no node table: {html}");
     assert!(html.contains("fig16"), "figures are still shown: {html}");
+}
+
+#[test]
+fn a_large_node_table_is_written_in_pieces_that_make_the_same_page() -> std::io::Result<()> {
+    let ids: Vec<String> = (0..5_000)
+        .map(|i| format!("point[a={i},b=<{i}>]"))
+        .collect();
+    let mut large = report(vec![figure("fig16")]);
+    large.nodes = ids
+        .iter()
+        .map(|id| ReportNode {
+            id,
+            kind: "command",
+            status: NodeStatus::Built,
+            seconds: Some(0.0),
+            log: None,
+        })
+        .collect();
+    let html = render_html(&large);
+    assert!(html.len() > 4 * 64 * 1024, "several pieces: {}", html.len());
+    let dir = tempfile::tempdir()?;
+    let page = dir.path().join("report.html");
+    write_report(&large, &page)?;
+    assert!(
+        std::fs::read_to_string(&page)? == html,
+        "the written page differs"
+    );
+    assert_eq!(html.matches("<tr><td><code>point[").count(), 5_000);
+    assert!(
+        html.contains("<code>point[a=4999,b=&lt;4999&gt;]</code>") && html.ends_with("</html>\n")
+    );
+    Ok(())
 }
 
 #[test]
