@@ -50,12 +50,17 @@ const EX_TEMPFAIL: i32 = 75;
 #[derive(Debug)]
 pub struct CommandKind;
 
-/// Writes `bytes` over what the plain file at `path` holds, made if missing, keeping its inode and its data
-/// block (a truncation to zero would free the block, and with `discard` the free waits for the disk). Never
-/// through a symlink, nor into a file with another name.
-fn rewrite_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes what `write` writes over what the plain file at `path` holds, made if missing, keeping its inode and
+/// its data block (a truncation to zero would free the block, and with `discard` the free waits for the disk).
+/// Never through a symlink, nor into a file with another name. Buffered as it is written, never held whole: the
+/// listing of an aggregator over a 300 000-point sweep is tens of megabytes.
+fn rewrite_in_place(
+    path: &std::path::Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::io::Seek;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
@@ -66,8 +71,11 @@ fn rewrite_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
             "not a plain file of the staging directory's own",
         ));
     }
-    file.write_all(bytes)?;
-    file.set_len(bytes.len() as u64)
+    let mut out = std::io::BufWriter::new(&file);
+    write(&mut out)?;
+    let mut written = out.into_inner().map_err(|e| e.into_error())?;
+    let end = written.stream_position()?;
+    file.set_len(end)
 }
 
 /// A command: one shell string (run by `sh -c`), or argv words.
@@ -437,13 +445,13 @@ impl Executor for CommandKind {
         let deps_file = if job.inputs.is_empty() && fs::symlink_metadata(&deps_path).is_err() {
             PathBuf::from(EMPTY_DEPS_FILE)
         } else {
-            let listing: String = job
-                .inputs
-                .iter()
-                .map(|(id, dir)| format!("{id}\t{}\n", dir.display()))
-                .collect();
-            rewrite_in_place(&deps_path, listing.as_bytes())
-                .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_path.display())))?;
+            rewrite_in_place(&deps_path, |out| {
+                for (id, dir) in job.inputs {
+                    writeln!(out, "{id}\t{}", dir.display())?;
+                }
+                Ok(())
+            })
+            .map_err(|e| NodeError::permanent(format!("{}: {e}", deps_path.display())))?;
             deps_path
         };
         env.push(("FRACFLOW_DEPS".into(), deps_file.display().to_string()));
@@ -942,12 +950,14 @@ mod tests {
         let out = dir.path().join("out");
         fs::create_dir_all(&out).expect("out");
         std::os::unix::fs::symlink(&target, out.join(DEPS_FILE)).expect("symlink");
-        let error = rewrite_in_place(&out.join(DEPS_FILE), b"a\t/x\n").expect_err("a symlink");
+        let error = rewrite_in_place(&out.join(DEPS_FILE), |o| o.write_all(b"a\t/x\n"))
+            .expect_err("a symlink");
         assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
         assert_eq!(fs::read_to_string(&target).ok().as_deref(), Some("keep me"));
         fs::remove_file(out.join(DEPS_FILE)).expect("symlink removed");
         fs::hard_link(&target, out.join(DEPS_FILE)).expect("hard link");
-        let error = rewrite_in_place(&out.join(DEPS_FILE), b"a\t/x\n").expect_err("a hard link");
+        let error = rewrite_in_place(&out.join(DEPS_FILE), |o| o.write_all(b"a\t/x\n"))
+            .expect_err("a hard link");
         assert_eq!(
             error.to_string(),
             "not a plain file of the staging directory's own"
