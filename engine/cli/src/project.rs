@@ -389,7 +389,6 @@ impl Project {
     }
 }
 
-/// Every image the testbed must not get, at once, before anything runs (exit 2).
 /// From this many nodes, what loading freed is handed back before the run (see [`release_freed_memory`]). At
 /// 100 000 nodes that took a no-op's peak RSS from 232 to 216 MiB at the same speed; at 10 000 the no-op was
 /// 5 % slower and its peak no lower (the pages handed back are faulted in again).
@@ -405,6 +404,7 @@ fn release_freed_memory() {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
+/// Every image the testbed must not get, at once, before anything runs (exit 2).
 fn refused_images(testbed: &str, refusals: &[String]) -> Error {
     let mut message = format!(
         "testbed `{testbed}`: {} refused before anything runs:",
