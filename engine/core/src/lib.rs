@@ -21,7 +21,7 @@ pub mod suggest;
 
 pub use cache::{Cache, CacheEntry, Hit};
 pub use exec::{
-    Cancel, ConfigProblem, Executor, Job, KindInfo, Kinds, NodeError, Outcome, PathSegment,
+    Cancel, ConfigProblem, Executor, Inputs, Job, KindInfo, Kinds, NodeError, Outcome, PathSegment,
     RunIdentity,
 };
 pub use fingerprint::{FieldChange, Fingerprint};

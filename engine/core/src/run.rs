@@ -274,7 +274,12 @@ impl RunDir {
 
     /// Where a finished node's outputs are visible to people and to its dependents.
     pub fn outputs_dir(&self, id: &str) -> PathBuf {
-        self.dir.join("nodes").join(node_dir_name(id))
+        self.views_dir().join(node_dir_name(id))
+    }
+
+    /// The folder of every node's [`RunDir::outputs_dir`].
+    pub fn views_dir(&self) -> PathBuf {
+        self.dir.join("nodes")
     }
 
     /// Makes the folder of a node's views while the node runs, so that publishing them when it ends is one link

@@ -50,7 +50,7 @@ impl Executor for Pure {
             hasher.update(&std::fs::read(path).map_err(|e| NodeError::permanent(e.to_string()))?);
         }
         if !job.spec.config.contains_key("constant") {
-            for dir in job.inputs.values() {
+            for dir in job.inputs.dirs() {
                 let bytes = std::fs::read(dir.join("out"))
                     .map_err(|e| NodeError::permanent(e.to_string()))?;
                 hasher.update(&bytes);

@@ -164,7 +164,7 @@ where
 /// `stats: metrics`: one row per dependency with a `metrics.json`, labelled like a measured point.
 fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
     let mut rows = Vec::new();
-    for dir in job.inputs.values() {
+    for dir in job.inputs.dirs() {
         let path = dir.join(METRICS_FILE);
         if !path.is_file() {
             continue;
@@ -172,7 +172,7 @@ fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
         let record: MetricsRecord = read_dependency_record(job, &path)?;
         rows.push(PointSource {
             labels: record.label_cells(),
-            dir: dir.clone(),
+            dir,
             member: None,
         });
     }
@@ -188,7 +188,7 @@ fn metric_rows(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
 /// Every dependency with a measurement `summary.json`: a point, or one per labelled client process.
 fn measured_points(job: &Job<'_>) -> Result<Vec<PointSource>, NodeError> {
     let mut points = Vec::new();
-    for dir in job.inputs.values() {
+    for dir in job.inputs.dirs() {
         let path = dir.join(SUMMARY_FILE);
         if !path.is_file() {
             continue;
@@ -238,16 +238,16 @@ fn with_provenance(
 
 /// Every table (`NAME.parquet`, else `NAME.csv`) in the dependencies' outputs, by name.
 fn dependency_tables(job: &Job<'_>) -> Result<BTreeMap<String, Table>, NodeError> {
-    tables_in(job.inputs.values().map(PathBuf::as_path)).map_err(|e| failed(job.spec, e))
+    tables_in(job.inputs.dirs()).map_err(|e| failed(job.spec, e))
 }
 
 /// Every table in `dirs`: `NAME.parquet` (or `NAME.csv` when there is no Parquet twin).
-pub fn tables_in<'a>(
-    dirs: impl Iterator<Item = &'a Path>,
+pub fn tables_in(
+    dirs: impl IntoIterator<Item = impl AsRef<Path>>,
 ) -> Result<BTreeMap<String, Table>, String> {
     let mut tables = BTreeMap::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Ok(entries) = std::fs::read_dir(dir.as_ref()) else {
             continue;
         };
         let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
@@ -404,7 +404,7 @@ pub fn redraw(
     out_dir: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let mut plot: PlotSpec = config::typed(spec).map_err(|e| e.message)?;
-    let tables = tables_in(dep_dirs.iter().map(PathBuf::as_path))?;
+    let tables = tables_in(dep_dirs)?;
     let mut provenance = run.clone();
     if let Some(client) = client_in_tables(tables.values()) {
         provenance.client = client;

@@ -446,7 +446,7 @@ impl Executor for CommandKind {
             PathBuf::from(EMPTY_DEPS_FILE)
         } else {
             rewrite_in_place(&deps_path, |out| {
-                for (id, dir) in job.inputs {
+                for (id, dir) in job.inputs.iter() {
                     writeln!(out, "{id}\t{}", dir.display())?;
                 }
                 Ok(())
@@ -867,10 +867,11 @@ mod tests {
             ("bench".to_owned(), serde_json::json!(3)),
             ("idx".to_owned(), serde_json::json!(7)),
         ]);
-        let inputs = deps
+        let listed = deps
             .iter()
             .map(|id| (id.to_string(), dir.path().join(format!("dep-{id}"))))
             .collect();
+        let inputs = fracflow_core::Inputs::Listed(&listed);
         let cancel = Cancel::new();
         let identity = RunIdentity::default();
         let job = Job {

@@ -42,14 +42,14 @@ pub(crate) fn append_log(job: &Job<'_>, text: &str) {
 }
 
 /// The one dependency directory holding `file` (e.g. the weave's `design.json`).
-fn dep_with<'a>(job: &'a Job<'_>, file: &str) -> Result<&'a Path, NodeError> {
-    let found: Vec<&PathBuf> = job
+fn dep_with(job: &Job<'_>, file: &str) -> Result<PathBuf, NodeError> {
+    let mut found: Vec<PathBuf> = job
         .inputs
-        .values()
+        .dirs()
         .filter(|dir| dir.join(file).is_file())
         .collect();
     match found.as_slice() {
-        [one] => Ok(one),
+        [_] => Ok(found.remove(0)),
         [] => Err(failed(
             job.spec,
             format!("no dependency provides `{file}`; add the node that makes it to `deps`"),
@@ -69,9 +69,9 @@ pub(crate) fn dep_file(job: &Job<'_>, relative: &str) -> Result<PathBuf, NodeErr
 /// Every compiled unit among the dependencies.
 fn dep_units(job: &Job<'_>) -> Result<Vec<CompiledUnit>, NodeError> {
     job.inputs
-        .values()
+        .dirs()
         .filter(|dir| dir.join("unit.json").is_file())
-        .map(|dir| CompiledUnit::load(dir).map_err(|e| failed(job.spec, e)))
+        .map(|dir| CompiledUnit::load(&dir).map_err(|e| failed(job.spec, e)))
         .collect()
 }
 
@@ -747,7 +747,7 @@ fn image_path(job: &Job<'_>, configured: Option<&str>) -> Result<PathBuf, NodeEr
     }
     let found: Vec<PathBuf> = job
         .inputs
-        .values()
+        .dirs()
         .flat_map(|dir| [dir.join("jtag/frac.bit"), dir.join("bypass/frac.bit")])
         .filter(|p| p.is_file())
         .collect();

@@ -20,7 +20,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fracflow_core::{Executor, Job, KindInfo, NodeError, NodeSpec, Outcome, RunIdentity};
+use fracflow_core::{Executor, Inputs, Job, KindInfo, NodeError, NodeSpec, Outcome, RunIdentity};
 use fracflow_record::Digest;
 use serde::{Deserialize, Serialize};
 
@@ -186,7 +186,7 @@ impl SlurmKind {
             spec: spec.clone(),
             key: *job.key,
             root: job.root.to_owned(),
-            inputs: job.inputs.clone(),
+            inputs: job.inputs.to_map(),
             attempt: job.attempt,
             pipeline: job.run.pipeline.clone(),
             run_id: job.run.run_id.clone(),
@@ -569,7 +569,7 @@ pub fn node_exec(dir: &Path, kinds: &dyn fracflow_core::Kinds) -> Result<(), Str
                 spec: &request.spec,
                 root: &request.root,
                 out_dir: &out,
-                inputs: &request.inputs,
+                inputs: &Inputs::Listed(&request.inputs),
                 log: &log,
                 cancel: &cancel,
                 attempt: request.attempt,
@@ -664,7 +664,8 @@ mod tests {
             },
             client: flaky_controller,
         };
-        let inputs = BTreeMap::new();
+        let listed = BTreeMap::new();
+        let inputs = Inputs::Listed(&listed);
         let cancel = fracflow_core::Cancel::new();
         let run = RunIdentity::default();
         let key = Digest::of(b"abc123");

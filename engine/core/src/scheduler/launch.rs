@@ -1,7 +1,6 @@
 //! One node's execution on one of the run's workers: each attempt in a fresh staging directory, staged for the cache
 //! only on success (the run's committer publishes it), transient failures retried with backoff.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 use petgraph::graph::NodeIndex;
 
 use crate::cache::Staged;
-use crate::exec::{Cancel, Job, NodeError, Outcome, RunIdentity};
+use crate::exec::{Cancel, Inputs, Job, NodeError, Outcome, RunIdentity};
 use crate::fingerprint::Fingerprint;
 use crate::keylock::KeyLock;
 use crate::run::now_rfc3339;
@@ -30,8 +29,8 @@ pub(super) struct Launch<'g> {
     pub spec: &'g NodeSpec,
     pub fingerprint: Fingerprint,
     pub key: fracflow_record::Digest,
-    /// Dependency id → the run directory's view of its outputs.
-    pub inputs: BTreeMap<String, PathBuf>,
+    /// Each dependency and the run directory's view of its outputs.
+    pub inputs: Inputs<'g>,
     pub log: PathBuf,
     /// The key's lock, held until the entry is committed or the node failed.
     pub key_lock: Option<KeyLock>,

@@ -24,7 +24,7 @@ use fracflow_record::{Digest, EventKind, NodeStatus, RunStatus};
 
 use crate::cache::Hit;
 use crate::decide::{self, AskRemote, Contribution, Keyed, NOT_NEEDED, Need, Unkeyed};
-use crate::exec::{Cancel, NodeError, RunIdentity};
+use crate::exec::{Cancel, Inputs, NodeError, RunIdentity};
 use crate::graph::{Graph, NodeMap};
 use crate::keylock::{self, Attempt, Holder, InUse, KeyLock};
 use crate::run::{RunDir, now_rfc3339};
@@ -540,13 +540,13 @@ impl<'a> Run<'a> {
             key: queued.key,
             attempt: 0,
         })?;
-        let mut inputs = std::collections::BTreeMap::new();
+        let mut ids = Vec::with_capacity(graph.dependencies(index).count());
         for dependency in graph.dependencies(index) {
-            let id = graph.spec(dependency).id.clone();
             self.run_dir
                 .materialize(self.engine.cache, graph, dependency)?;
-            inputs.insert(id.clone(), self.run_dir.outputs_dir(&id));
+            ids.push(graph.spec(dependency).id.as_str());
         }
+        let inputs = Inputs::views(self.run_dir.views_dir(), ids);
         Ok(Launch {
             index,
             spec,

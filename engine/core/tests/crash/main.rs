@@ -61,7 +61,7 @@ impl Executor for Derive {
             .push(job.spec.id.clone());
         let mut hasher = blake3::Hasher::new();
         hasher.update(job.spec.config["value"].to_string().as_bytes());
-        for dir in job.inputs.values() {
+        for dir in job.inputs.dirs() {
             hasher.update(&std::fs::read(dir.join("out")).map_err(fail)?);
         }
         std::fs::write(
