@@ -1050,13 +1050,18 @@ impl Cache {
     /// Writes an entry to a temporary beside its final name, synced unless the filesystem is synced next, and
     /// returns the temporary.
     fn entry_data(&self, entry: &CacheEntry, durability: Durability) -> io::Result<PathBuf> {
-        let bytes = serde_json::to_vec_pretty(entry).map_err(io::Error::other)?;
         let path = self.entry_path(&entry.key);
         let dir = path.parent().unwrap_or(&self.root);
         let tmp = dir.join(format!("{}.json.{}.part", entry.key, unique_suffix()));
+        // Written as it is serialized, never held whole: the entry of a node over a 300 000-point sweep names
+        // every point in its fingerprint, tens of megabytes of JSON, made while the run holds the most.
         let written = self
             .create_store_dir(dir, durability)
-            .and_then(|()| self.files.write_new(&tmp, &bytes))
+            .and_then(|()| {
+                let mut out = io::BufWriter::new(self.files.create_new(&tmp)?);
+                serde_json::to_writer_pretty(&mut out, entry).map_err(io::Error::other)?;
+                io::Write::flush(&mut out)
+            })
             .and_then(|()| self.sync_file_unless_filesystem(&tmp, durability));
         if let Err(e) = written {
             let _ = self.files.remove_file(&tmp);
