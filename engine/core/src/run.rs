@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde_json::value::RawValue;
 
 use fracflow_record::{
     AppendFile, Digest, Event, EventKind, FORMAT_VERSION, Files, NodeRecord, NodeStatus, Prepared,
@@ -207,7 +206,7 @@ impl RunDir {
         let mut run = RunDir::with_manifest(files, dir, manifest)?;
         // The first write says only that the run exists: the params come with the first checkpoint, so a
         // no-op writes a manifest whose size does not grow with the pipeline.
-        run.write_manifest_as(ManifestForm::Head)?;
+        run.write_manifest_as(ManifestForm::Head, None)?;
         let link = latest_link(meta.variant.as_deref(), &meta.testbed);
         run.previous = fs::read_link(base.join(&link))
             .ok()
@@ -231,7 +230,7 @@ impl RunDir {
         let files = Files::real();
         files.create_dir_all(&dir.join("logs"))?;
         let mut run = RunDir::with_manifest(files, dir.to_owned(), manifest)?;
-        run.write_manifest()?;
+        run.write_manifest_with(Some(graph))?;
         remove_repeat_head(&run.files, dir)?;
         Ok(run)
     }
@@ -609,7 +608,12 @@ impl RunDir {
         }
         let making = Instant::now();
         self.manifest.params.fill(graph)?;
-        let file = self.prepare_manifest(MANIFEST_FILE, ManifestForm::Whole, Publish::Whole)?;
+        let file = self.prepare_manifest(
+            MANIFEST_FILE,
+            ManifestForm::Whole,
+            Publish::Whole,
+            Some(graph),
+        )?;
         self.last_manifest_write = Instant::now();
         self.checkpoint_spacing = (self.last_manifest_write - making) * CHECKPOINT_COST_FACTOR;
         Ok(Some(Checkpoint(file)))
@@ -619,17 +623,22 @@ impl RunDir {
     /// link to the manifest of the run it repeated, so a no-op writes a fixed number of bytes, and a reader of
     /// the file itself still finds every node there (that run's records).
     pub fn write_manifest(&mut self) -> io::Result<()> {
+        self.write_manifest_with(None)
+    }
+
+    /// [`RunDir::write_manifest`], with the graph whose params the manifest holds in id order, if it does.
+    fn write_manifest_with(&mut self, graph: Option<&Graph>) -> io::Result<()> {
         let Some(base) = self.manifest.repeats.clone() else {
-            return self.write_manifest_as(ManifestForm::Whole);
+            return self.write_manifest_as(ManifestForm::Whole, graph);
         };
-        self.prepare_manifest(REPEAT_FILE, ManifestForm::Head, Publish::Durable)?
+        self.prepare_manifest(REPEAT_FILE, ManifestForm::Head, Publish::Durable, None)?
             .publish()?;
         let target = Path::new("..").join(&base).join(MANIFEST_FILE);
         replace_with_link(&self.files, &self.dir, MANIFEST_FILE, &target)
     }
 
-    fn write_manifest_as(&mut self, form: ManifestForm) -> io::Result<()> {
-        self.prepare_manifest(MANIFEST_FILE, form, Publish::Durable)?
+    fn write_manifest_as(&mut self, form: ManifestForm, graph: Option<&Graph>) -> io::Result<()> {
+        self.prepare_manifest(MANIFEST_FILE, form, Publish::Durable, graph)?
             .publish()
     }
 
@@ -640,12 +649,13 @@ impl RunDir {
         name: &str,
         form: ManifestForm,
         how: Publish,
+        graph: Option<&Graph>,
     ) -> io::Result<Prepared> {
         let path = self.dir.join(name);
         let files = self.files.clone();
         files.prepare(&path, how, |file| {
             let mut out = io::BufWriter::with_capacity(MANIFEST_BUFFER, file);
-            self.serialize_manifest(form, &mut out)?;
+            self.serialize_manifest(form, &mut out, graph)?;
             io::Write::flush(&mut out)
         })
     }
@@ -656,24 +666,33 @@ impl RunDir {
         &mut self,
         form: ManifestForm,
         out: &mut dyn io::Write,
+        graph: Option<&Graph>,
     ) -> io::Result<()> {
         let small = self.manifest.params.is_small();
-        let records = match form {
-            ManifestForm::Whole => None,
-            ManifestForm::Head => Some((
-                std::mem::take(&mut self.manifest.params),
-                std::mem::take(&mut self.manifest.nodes),
-            )),
+        // The params and records are moved out, the head (a few strings) copied into a manifest whose params
+        // are written through `graph`, and the records moved in and back out: nothing per node is copied.
+        let params = std::mem::take(&mut self.manifest.params);
+        let nodes = std::mem::take(&mut self.manifest.nodes);
+        let unfilled = RunParams::Unfilled;
+        let whole = matches!(form, ManifestForm::Whole);
+        let mut view = self.manifest.clone().map_params(|_| ParamsView {
+            params: if whole { &params } else { &unfilled },
+            graph,
+        });
+        let kept = if whole {
+            view.nodes = nodes;
+            None
+        } else {
+            Some(nodes)
         };
         let written = if small {
-            serde_json::to_writer_pretty(&mut *out, &self.manifest)
+            serde_json::to_writer_pretty(&mut *out, &view)
         } else {
-            serde_json::to_writer(&mut *out, &self.manifest)
+            serde_json::to_writer(&mut *out, &view)
         };
-        if let Some((params, nodes)) = records {
-            self.manifest.params = params;
-            self.manifest.nodes = nodes;
-        }
+        self.manifest.nodes = kept.unwrap_or_else(|| std::mem::take(&mut view.nodes));
+        drop(view);
+        self.manifest.params = params;
         written.map_err(io::Error::other)
     }
 
@@ -693,7 +712,7 @@ impl RunDir {
         if self.manifest.repeats.is_none() {
             self.manifest.params.fill(graph)?;
         }
-        self.write_manifest()?;
+        self.write_manifest_with(Some(graph))?;
         let complete = self.manifest.nodes.values().all(|record| {
             matches!(record.status, NodeStatus::Built | NodeStatus::Cached) && record.key.is_some()
         });
@@ -819,9 +838,10 @@ pub enum RunParams {
     /// As values: read back from the manifest of a resumed run, or made for a pipeline small enough to be
     /// written indented.
     Values(BTreeMap<String, serde_json::Value>),
-    /// Written once as the compact JSON a large pipeline's manifest holds: about 100 bytes a node, where a
-    /// value per node took six times that, held to the run's end.
-    Json(Box<RawValue>),
+    /// A large pipeline's nodes in id order, their params written from the graph each time the manifest is
+    /// (see [`ParamsView`]). Held as their compact JSON they were about 100 bytes a node (29 MB of a
+    /// 300 000-node run, from its first checkpoint to its end); a value per node took six times that.
+    Ordered(Box<[NodeIndex]>),
 }
 
 impl RunParams {
@@ -848,10 +868,7 @@ impl RunParams {
             });
             RunParams::Values(params.collect::<Result<_, _>>().map_err(io::Error::other)?)
         } else {
-            let json = serde_json::to_string(&ParamsInOrder { graph, ids: &ids })
-                .and_then(RawValue::from_string)
-                .map_err(io::Error::other)?;
-            RunParams::Json(json)
+            RunParams::Ordered(ids.into_boxed_slice())
         };
         Ok(())
     }
@@ -861,7 +878,7 @@ impl RunParams {
         match self {
             RunParams::Unfilled => true,
             RunParams::Values(params) => params.len() < SMALL_PIPELINE,
-            RunParams::Json(_) => false,
+            RunParams::Ordered(_) => false,
         }
     }
 }
@@ -871,7 +888,26 @@ impl Serialize for RunParams {
         match self {
             RunParams::Unfilled => serializer.serialize_map(Some(0))?.end(),
             RunParams::Values(params) => params.serialize(serializer),
-            RunParams::Json(json) => json.serialize(serializer),
+            RunParams::Ordered(_) => Err(serde::ser::Error::custom(
+                "params kept in id order are written with their graph",
+            )),
+        }
+    }
+}
+
+/// A manifest's params as written: those held in id order from `graph`, the others as they are.
+struct ParamsView<'a> {
+    params: &'a RunParams,
+    graph: Option<&'a Graph>,
+}
+
+impl Serialize for ParamsView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match (self.params, self.graph) {
+            (RunParams::Ordered(ids), Some(graph)) => {
+                ParamsInOrder { graph, ids }.serialize(serializer)
+            }
+            (params, _) => params.serialize(serializer),
         }
     }
 }
@@ -1129,16 +1165,52 @@ mod tests {
             } else {
                 serde_json::to_string(&as_values)
             };
+            let view = ParamsView {
+                params: &params,
+                graph: Some(&graph),
+            };
             let written = if params.is_small() {
-                serde_json::to_string_pretty(&params)
+                serde_json::to_string_pretty(&view)
             } else {
-                serde_json::to_string(&params)
+                serde_json::to_string(&view)
             };
             assert_eq!(
                 written.map_err(io::Error::other)?,
                 expected.map_err(io::Error::other)?
             );
         }
+        Ok(())
+    }
+
+    /// A large pipeline's params, kept as the nodes' id order, reach the manifest written from the graph, in
+    /// a resumed run's first write, a checkpoint and the last write alike.
+    #[test]
+    fn a_large_pipelines_params_are_written_from_its_graph() -> io::Result<()> {
+        let specs: Vec<NodeSpec> = (0..=SMALL_PIPELINE)
+            .map(|i| {
+                let mut spec = NodeSpec::for_test(&format!("p[a={i}]"), &[]);
+                spec.point = Settings::from([("a".to_owned(), serde_json::json!(i))]);
+                spec
+            })
+            .collect();
+        let graph = Graph::build(specs).map_err(|e| io::Error::other(format!("{e:?}")))?;
+        let top = tempfile::tempdir()?;
+        let dir = RunDir::create(&top.path().join("results"), "test", &test_meta())?
+            .dir
+            .clone();
+        let mut run = RunDir::resume(&dir, &graph)?;
+        assert!(matches!(run.manifest.params, RunParams::Ordered(_)));
+        let params = read_manifest(&dir)?.params;
+        assert_eq!(params.len(), SMALL_PIPELINE + 1);
+        assert_eq!(params["p[a=7]"]["point"]["a"], serde_json::json!(7));
+        run.last_manifest_write = Instant::now() - Duration::from_secs(3600);
+        run.checkpoint(true, &graph)?
+            .ok_or_else(|| io::Error::other("no checkpoint was due"))?
+            .write()?;
+        assert_eq!(read_manifest(&dir)?.params, params);
+        // Without the graph, such params cannot be written: an error, never a manifest without them.
+        assert!(run.write_manifest().is_err());
+        assert_eq!(read_manifest(&dir)?.params, params);
         Ok(())
     }
 
