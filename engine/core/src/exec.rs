@@ -95,10 +95,9 @@ impl<'a> Inputs<'a> {
     /// Each dependency's id and directory, in id order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = (&'a str, PathBuf)> + '_> {
         match self {
-            Inputs::Views { dir, ids } => Box::new(
-                ids.iter()
-                    .map(|id| (*id, dir.join(crate::run::node_dir_name(id)))),
-            ),
+            Inputs::Views { dir, ids } => {
+                Box::new(ids.iter().map(|id| (*id, crate::run::view_of(dir, id))))
+            }
             Inputs::Listed(map) => Box::new(map.iter().map(|(id, dir)| (id.as_str(), dir.clone()))),
         }
     }

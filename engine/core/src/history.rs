@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::graph::{Graph, NodeIndex};
-use crate::run::{is_latest_link, node_dir_name, read_manifest};
+use crate::run::{is_latest_link, read_manifest, view_of, views_in};
 use fracflow_record::Digest;
 
 /// The cache keys referenced by the newest `per_pipeline` runs of every pipeline under `results`.
@@ -92,7 +92,7 @@ pub fn dependency_outputs(
         .dependencies(node)
         .map(|dependency| {
             let id = &graph.spec(dependency).id;
-            let dir = run_dir.join("nodes").join(node_dir_name(id));
+            let dir = view_of(&views_in(run_dir), id);
             if dir.is_dir() {
                 Ok(dir)
             } else {

@@ -124,6 +124,17 @@ pub fn node_dir_name(id: &str) -> String {
     id.replace('/', "_")
 }
 
+/// The folder of a run's views, in the run directory `run_dir`.
+pub(crate) fn views_in(run_dir: &Path) -> PathBuf {
+    run_dir.join("nodes")
+}
+
+/// The view of node `id`'s outputs in a run's `views` folder ([`views_in`]): where the run shows them and where
+/// its dependents read them.
+pub(crate) fn view_of(views: &Path, id: &str) -> PathBuf {
+    views.join(node_dir_name(id))
+}
+
 /// Writes one run's records. Every write is atomic or an append of whole lines, and goes through `files`.
 #[derive(Debug)]
 pub struct RunDir {
@@ -273,12 +284,12 @@ impl RunDir {
 
     /// Where a finished node's outputs are visible to people and to its dependents.
     pub fn outputs_dir(&self, id: &str) -> PathBuf {
-        self.views_dir().join(node_dir_name(id))
+        view_of(&self.views_dir(), id)
     }
 
     /// The folder of every node's [`RunDir::outputs_dir`].
     pub fn views_dir(&self) -> PathBuf {
-        self.dir.join("nodes")
+        views_in(&self.dir)
     }
 
     /// Makes the folder of a node's views while the node runs, so that publishing them when it ends is one link
