@@ -166,15 +166,13 @@ impl HitIndex {
             let slot = if unchanged {
                 Slot::Held(Box::new(record))
             } else {
+                state.changed = true;
                 // Encoding into a vector fails only for a type serde cannot write, which a record is not;
                 // should it ever, the key is read from its entry next time.
-                let Ok(bytes) = rmp_serde::to_vec(&record) else {
-                    state.records.insert(key, Slot::Removed);
-                    state.changed = true;
-                    return;
-                };
-                state.changed = true;
-                Slot::Changed(bytes.into_boxed_slice())
+                match rmp_serde::to_vec(&record) {
+                    Ok(bytes) => Slot::Changed(bytes.into_boxed_slice()),
+                    Err(_) => Slot::Removed,
+                }
             };
             state.records.insert(key, slot);
         });
