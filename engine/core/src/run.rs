@@ -683,26 +683,26 @@ impl RunDir {
         // The params and records are moved out, the head (a few strings) copied into a manifest whose params
         // are written through `graph`, and the records moved in and back out: nothing per node is copied.
         let params = std::mem::take(&mut self.manifest.params);
-        let nodes = std::mem::take(&mut self.manifest.nodes);
+        let mut nodes = std::mem::take(&mut self.manifest.nodes);
         let unfilled = RunParams::Unfilled;
         let whole = matches!(form, ManifestForm::Whole);
         let mut view = self.manifest.clone().map_params(|_| ParamsView {
             params: if whole { &params } else { &unfilled },
             graph,
         });
-        let kept = if whole {
-            view.nodes = nodes;
-            None
-        } else {
-            Some(nodes)
-        };
+        if whole {
+            std::mem::swap(&mut view.nodes, &mut nodes);
+        }
         let written = if small {
             serde_json::to_writer_pretty(&mut *out, &view)
         } else {
             serde_json::to_writer(&mut *out, &view)
         };
-        self.manifest.nodes = kept.unwrap_or_else(|| std::mem::take(&mut view.nodes));
+        if whole {
+            std::mem::swap(&mut view.nodes, &mut nodes);
+        }
         drop(view);
+        self.manifest.nodes = nodes;
         self.manifest.params = params;
         written.map_err(io::Error::other)
     }
@@ -1220,7 +1220,16 @@ mod tests {
             .write()?;
         assert_eq!(read_manifest(&dir)?.params, params);
         // Without the graph, such params cannot be written: an error, never a manifest without them.
-        assert!(run.write_manifest().is_err());
+        let error = run
+            .write_manifest()
+            .err()
+            .ok_or_else(|| io::Error::other("written without the graph"))?;
+        assert!(
+            error
+                .to_string()
+                .contains("params kept in id order are written with their graph"),
+            "{error}"
+        );
         assert_eq!(read_manifest(&dir)?.params, params);
         Ok(())
     }
