@@ -2,9 +2,9 @@
 # Where a chain's per-node time goes between two commands, from kernel tracepoints (perf, run as root): an
 # N-node chain (`echo i > out` per node), first run; for fracflow and ninja in alternating rounds, the median
 # gap from one node's `sh` exiting to the next node's `sh` exec'ing (the engine's latency on the critical
-# path; ninja's is its own); then, in one more run each, the user page faults fracflow's spawner takes while
-# serving a request and a supervisor takes after its request arrived (copy-on-write copies on the critical path;
-# counts, which the machine's load does not move; a supervisor forked at the request counts all of its own).
+# path; ninja's is its own); then, in one more run each, the user page faults a node costs in fracflow's spawner
+# (which forks supervisors when the engine asks for one) and in its supervisors once each had its first command
+# (copy-on-write copies on the critical path; counts, which the machine's load does not move).
 # With BASE=/path/to/an/older/fracflow, that build runs in the same rounds.
 # Projects live under TMPDIR (a tmpfs there leaves the filesystem's inode allocation out of the gap).
 # Usage: bench/chain_gap.sh [N] [ROUNDS]   (default 300 nodes, 3 rounds)
@@ -25,7 +25,7 @@ traced() {
   local run=("$2" run chain --jobs 2)
   [ "$2" = ninja ] && run=(ninja -j2)
   local events=(-e sched:sched_process_exec -e sched:sched_process_exit)
-  [ "$3" = faults ] && events+=(-e exceptions:page_fault_user -e syscalls:sys_exit_recvmsg -e syscalls:sys_enter_clone)
+  [ "$3" = faults ] && events+=(-e exceptions:page_fault_user -e syscalls:sys_exit_recvmsg)
   (cd "$dir" && perf record -q -a -o "$dir/perf.data" "${events[@]}" -- "${run[@]}" >/dev/null 2>&1)
   perf script -i "$dir/perf.data" -F comm,pid,time,event 2>/dev/null | python3 -c '
 import statistics, sys, collections
@@ -45,26 +45,20 @@ for line in sys.stdin:
         events[pid].append(event)
 line = f"{label:9} gap {statistics.median(gaps):.3f} ms (median of {len(gaps)})"
 if sys.argv[2] == "faults":
+    nodes = int(sys.argv[3])
     line = f"{label:9}"
-    spawner = max(events, key=lambda p: len(events[p]))
-    serving, requests, on = 0, 0, False
-    for event in events[spawner]:
-        if "recvmsg" in event:
-            on = True
-        elif "sys_enter_clone" in event:
-            on, requests = False, requests + 1
-        elif on:
-            serving += 1
-    after, supervisors = 0, 0
+    # The spawner is started by an exec; its supervisors are forked from it and run no exec under that name.
+    spawner = next((p for p, seen in events.items() if "sched:sched_process_exec" in seen[0]), None)
+    in_spawner = sum(1 for e in events.get(spawner, []) if "page_fault" in e)
+    after = 0
     for pid, seen in events.items():
-        if pid == spawner or len(seen) < 4:
-            continue  # the spawner, or a posix_spawn child (one fault on its own stack)
-        supervisors += 1
-        arrived = next((i for i, e in enumerate(seen) if "recvmsg" in e), None)
-        after += sum(1 for e in seen[(arrived or 0):] if "page_fault" in e)
-    line += f" faults per node: spawner serving {serving / max(requests, 1):.1f}, supervisor after its request {after / max(supervisors, 1):.1f}"
+        if pid == spawner:
+            continue
+        first = next((i for i, e in enumerate(seen) if "recvmsg" in e), len(seen))
+        after += sum(1 for e in seen[first:] if "page_fault" in e)
+    line += f" faults per node: spawner {in_spawner / nodes:.1f}, supervisors after their first command {after / nodes:.1f}"
 print(line)
-' "$1" "$3"
+' "$1" "$3" "$nodes"
 }
 
 printf 'chain of %s nodes, first run, %s rounds; TMPDIR=%s (%s); load before: %s\n' "$nodes" "$rounds" \

@@ -239,6 +239,51 @@ fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() 
     assert_eq!(second, "ran\n");
 }
 
+/// The engine keeps the supervisors it let go of; one that died while it waited for a command is dropped and
+/// the command goes to another. `p` and `q` run at once (each waits, at most 10 s, until the other started), so
+/// under two supervisors; `killer` kills the one of them it does not run under and waits until it is dead; the
+/// two nodes after it still run.
+#[test]
+fn a_free_supervisor_that_died_is_passed_over() {
+    let sandbox = Sandbox::new();
+    let meet = |me: &str, other: &str| {
+        format!(
+            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
+        )
+    };
+    let killer = r#"for s in $(cat "$FRACFLOW_DEP_P/o" "$FRACFLOW_DEP_Q/o"); do [ "$s" != "$PPID" ] && victim=$s; done; [ -n "$victim" ] && kill -9 $victim && i=0 && until [ $i -ge 500 ] || [ "$(cut -d' ' -f3 /proc/$victim/stat 2>/dev/null || echo Z)" = Z ]; do i=$((i + 1)); sleep 0.02; done && echo $victim > "$FRACFLOW_OUT/o""#;
+    let quoted = |run: &str| run.replace('\'', "''");
+    sandbox.write(
+        "pipelines/passover.yaml",
+        &format!(
+            "pipeline: passover\nnodes:\n  p:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
+             q:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
+             killer:\n    kind: command\n    deps: [p, q]\n    outputs: [o]\n    run: '{}'\n  \
+             after:\n    kind: command\n    deps: [killer]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n  \
+             last:\n    kind: command\n    deps: [after]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
+            quoted(&meet("p", "q")),
+            quoted(&meet("q", "p")),
+            quoted(killer)
+        ),
+    );
+    let output = sandbox.run(&["run", "passover", "--jobs", "2"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let nodes = sandbox.results("passover").join("latest/nodes");
+    let read = |node: &str| std::fs::read_to_string(nodes.join(node).join("o")).expect("an output");
+    let supervisors = [read("p"), read("q")];
+    assert_ne!(
+        supervisors[0], supervisors[1],
+        "p and q under one supervisor"
+    );
+    let victim = read("killer");
+    assert!(
+        supervisors.contains(&victim),
+        "{victim:?} is not one of {supervisors:?}"
+    );
+    assert_eq!(read("after"), "ran\n");
+    assert_eq!(read("last"), "ran\n");
+}
+
 /// A supervisor serves one command after another: once the engine has let go of a command, its supervisor
 /// takes the next instead of a fork per command. Six nodes in a chain, one at a time, each writing its
 /// supervisor's pid: fewer supervisors than nodes, and every node's own output.

@@ -1,33 +1,37 @@
 //! The spawner: how the engine starts node commands. One small process per engine (`fracflow-exec __spawner
-//! ENGINE_PID`, started the first time a command runs) hands each command to a supervisor
-//! ([`crate::supervisor`]) it forked. A supervisor serves one command at a time and many in its life, so a
-//! run forks about as many supervisors as it runs commands at once: a fork and an exit per command were a
-//! seventh of the machine's CPU on a first run of 10 000 trivial nodes, and before the supervisors a
-//! `posix_spawn` and an exec of a trampoline binary per node cost about a millisecond more.
+//! ENGINE_PID`, started the first time a command runs) forks supervisors ([`crate::supervisor`]) and hands
+//! each to the engine, which then sends it commands itself. A supervisor serves one command at a time and many
+//! in its life, so a run forks about as many supervisors as it runs commands at once: a fork and an exit per
+//! command were a seventh of the machine's CPU on a first run of 10 000 trivial nodes, and before the
+//! supervisors a `posix_spawn` and an exec of a trampoline binary per node cost about a millisecond more.
 //!
-//! The pool. The spawner keeps its supervisors, each waiting on a socket pair of its own. A request is passed
-//! on (the same header, descriptors and body) to one that is free: a *standby*, forked before any command was
-//! known, or one that finished its last command and said so with one byte on its socket. A supervisor says it
-//! is free only once the engine has closed its end of the last command's status pipe (the engine then sends
-//! nothing more about that command) and it has discarded the signals still pending for it (a stop that
-//! crossed the command's end), so a signal meant for one command never reaches the next. After each answer,
-//! when no supervisor is free, a standby is forked, so a chain's next node does not wait for a fork on its
-//! critical path. When none is free at a request (or the pool holds [`MAX_SUPERVISORS`]), the spawner forks a
-//! supervisor for that command alone.
+//! The engine's supervisors. The engine keeps the supervisors it let go of, each with its end of a socket pair
+//! of its own. A command goes to one that is free: one the spawner just handed over, or one that finished its
+//! last command and said so with one byte on its socket. A supervisor says it is free only once the engine has
+//! closed its end of the last command's status pipe (the engine then sends nothing more about that command)
+//! and it has discarded the signals still pending for it (a stop that crossed the command's end), so a signal
+//! meant for one command never reaches the next. When none is free, the engine asks the spawner for another.
+//! The spawner keeps one *standby* forked ahead of the question and forks the next after answering, so that
+//! question waits for no fork; the engine keeps at most [`MAX_SUPERVISORS`] it is not using, and closes the
+//! socket of any beyond, which ends that one. Before, every command went through the spawner, which passed it
+//! on to a supervisor and answered the engine: two more processes woken on each node's path, and on a
+//! 3 000-node fan-in's first run about 17 context switches a node against ninja's 3.
 //!
 //! Lifetimes. The spawner dies with the engine (`PR_SET_PDEATHSIG=SIGKILL`, and it checks that its parent is
-//! still the engine). Each supervisor is a child subreaper with `PR_SET_PDEATHSIG=STOP_ALL` on the
-//! spawner, so when the engine dies, the spawner dies, and every supervisor kills its command's whole tree; a
-//! free one sees its socket close and exits. The engine signals a supervisor through a pidfd, so a pid reused
-//! after it ended is never signalled.
+//! still the engine). Each supervisor is a child of the spawner and a child subreaper with
+//! `PR_SET_PDEATHSIG=STOP_ALL` on it, so when the engine dies, the spawner dies, and every supervisor kills
+//! its command's whole tree; a free one sees its socket close and exits. The engine signals a supervisor
+//! through a pidfd, so a pid reused after it ended is never signalled. The spawner reaps the supervisors that
+//! ended.
 //!
-//! Protocol, on a Unix stream socket that is the spawner's stdin. A request is a header (the body's length,
-//! u32 little-endian) carrying four descriptors in `SCM_RIGHTS` (the command's stdin, stdout, stderr, and the
-//! write end of its status pipe), then the body: program, working directory, the arguments and the
-//! environment (`KEY=VALUE`), each a count or a length (u32) and bytes. The answer is a header of eight bytes
-//! (0 and the supervisor's pid, with a pidfd of it in `SCM_RIGHTS`; or 1 and the length of a message that
-//! follows). The supervisor writes how the command ended to its status pipe (one byte: 0 exited, 1 killed by
-//! a signal, 2 could not be started; then a u32: the code or the signal).
+//! Protocol. The engine asks the spawner for a supervisor with one byte on a Unix stream socket that is the
+//! spawner's stdin; the answer is a header of eight bytes (0 and the supervisor's pid, with a pidfd of it and
+//! the engine's end of its socket in `SCM_RIGHTS`; or 1 and the length of a message that follows). A command
+//! goes to a supervisor on its socket as a header (the body's length, u32 little-endian) carrying four
+//! descriptors in `SCM_RIGHTS` (the command's stdin, stdout, stderr, and the write end of its status pipe),
+//! then the body: program, working directory, the arguments and the environment (`KEY=VALUE`), each a count
+//! or a length (u32) and bytes. The supervisor writes how the command ended to its status pipe (one byte: 0
+//! exited, 1 killed by a signal, 2 could not be started; then a u32: the code or the signal).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -71,11 +75,13 @@ pub(crate) struct Request<'a> {
     pub stderr: OwnedFd,
 }
 
-/// A command the spawner started: its supervisor's pid and pidfd, and the read end of its status pipe.
+/// A command a supervisor started: the supervisor, held until the command is let go of, and the read end of
+/// the command's status pipe.
 #[derive(Debug)]
 pub(crate) struct Supervised {
     pub pid: u32,
-    pidfd: OwnedFd,
+    /// Given back to the engine's free supervisors when this is dropped (an `Option` only for that).
+    supervisor: Option<Supervisor>,
     status: File,
     ended: std::cell::Cell<Option<Ending>>,
 }
@@ -87,8 +93,11 @@ impl Supervised {
         if self.ended.get().is_some() {
             return;
         }
-        if let Some(signal) = rustix::process::Signal::from_named_raw(signal) {
-            let _ = rustix::process::pidfd_send_signal(&self.pidfd, signal);
+        if let (Some(supervisor), Some(signal)) = (
+            &self.supervisor,
+            rustix::process::Signal::from_named_raw(signal),
+        ) {
+            let _ = rustix::process::pidfd_send_signal(&supervisor.pidfd, signal);
         }
     }
 
@@ -103,6 +112,16 @@ impl Supervised {
     /// The status pipe, for a caller that polls it beside other descriptors.
     pub fn status_fd(&self) -> RawFd {
         self.status.as_raw_fd()
+    }
+}
+
+impl Drop for Supervised {
+    /// The engine lets go of the command: the status pipe closes with this, and the supervisor, once it has
+    /// said so, takes the next command.
+    fn drop(&mut self) {
+        if let Some(supervisor) = self.supervisor.take() {
+            give_back(supervisor);
+        }
     }
 }
 
@@ -157,6 +176,16 @@ struct Connection {
 
 static SPAWNER: Mutex<Option<Connection>> = Mutex::new(None);
 
+/// The supervisors the engine is not using: free, or about to say so once their last command is let go of.
+static IDLE: Mutex<Vec<Supervisor>> = Mutex::new(Vec::new());
+
+/// The byte that asks the spawner for a supervisor.
+const ASK: u8 = 1;
+
+/// How many supervisors a command is offered to before its start fails: each one that fails to take it has
+/// died since it was last free (or was never handed over whole), and the next comes from the spawner.
+const OFFERS: usize = 4;
+
 impl Connection {
     fn start(binary: &Path) -> io::Result<Connection> {
         let (ours, theirs) = UnixStream::pair()?;
@@ -190,25 +219,11 @@ impl Connection {
         })
     }
 
-    /// Sends `request`; answers the supervisor's pid, its pidfd and the read end of its status pipe, or why
-    /// the spawner could not start it.
-    fn request(
-        &mut self,
-        request: &Request<'_>,
-    ) -> io::Result<Result<(u32, OwnedFd, OwnedFd), String>> {
-        let body = encode(request)?;
-        let (status_read, status_write) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let fds = [
-            request.stdin.as_fd(),
-            request.stdout.as_fd(),
-            request.stderr.as_fd(),
-            status_write.as_fd(),
-        ];
-        send_request(&self.socket, &body, fds)?;
-        drop(status_write);
+    /// Asks for a supervisor; answers it, or why the spawner could not fork one.
+    fn supervisor(&mut self) -> io::Result<Result<Supervisor, String>> {
+        self.socket.write_all(&[ASK])?;
         let mut answer = [0u8; 8];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let received = recvmsg(
             &self.socket,
@@ -216,11 +231,14 @@ impl Connection {
             &mut control,
             RecvFlags::CMSG_CLOEXEC,
         )?;
-        let mut pidfd = None;
+        let mut fds = Vec::with_capacity(2);
         for message in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(mut fds) = message {
-                pidfd = fds.next();
+            if let RecvAncillaryMessage::ScmRights(rights) = message {
+                fds.extend(rights);
             }
+        }
+        if received.bytes == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
         }
         if received.bytes < answer.len() {
             self.socket.read_exact(&mut answer[received.bytes..])?;
@@ -232,15 +250,20 @@ impl Connection {
             self.socket.read_exact(&mut message)?;
             return Ok(Err(String::from_utf8_lossy(&message).into_owned()));
         }
-        let pidfd = pidfd.ok_or_else(|| io::Error::other("the spawner sent no pidfd"))?;
-        Ok(Ok((value, pidfd, status_read)))
+        let [pidfd, channel] = <[OwnedFd; 2]>::try_from(fds)
+            .map_err(|_| io::Error::other("the spawner sent no pidfd and socket"))?;
+        Ok(Ok(Supervisor {
+            pid: value,
+            pidfd,
+            channel: UnixStream::from(channel),
+            free: true,
+        }))
     }
 }
 
-/// Starts `request` through the spawner of this engine (started from `binary` the first time, and again if it
-/// died). An error is an error of starting; a command that cannot be run is started and ends as
-/// [`Ending::NotStarted`], with the reason on its stderr.
-pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervised> {
+/// A new supervisor from the spawner of this engine (started from `binary` the first time, and again if it
+/// died).
+fn new_supervisor(binary: &Path) -> io::Result<Supervisor> {
     let mut guard = SPAWNER.lock().unwrap_or_else(|p| p.into_inner());
     for attempt in 0..2 {
         if guard.is_none() {
@@ -249,15 +272,8 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
         let Some(connection) = guard.as_mut() else {
             continue;
         };
-        match connection.request(&request) {
-            Ok(Ok((pid, pidfd, status))) => {
-                return Ok(Supervised {
-                    pid,
-                    pidfd,
-                    status: File::from(status),
-                    ended: std::cell::Cell::new(None),
-                });
-            }
+        match connection.supervisor() {
+            Ok(Ok(supervisor)) => return Ok(supervisor),
             Ok(Err(message)) => return Err(io::Error::other(message)),
             // The spawner died (killed by hand, or it failed): one fresh one is tried.
             Err(_) if attempt == 0 => {
@@ -270,6 +286,63 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
         }
     }
     Err(io::Error::other("the spawner could not be started"))
+}
+
+/// A free supervisor the engine holds, if it has one; those that died are dropped on the way.
+fn take_free() -> Option<Supervisor> {
+    let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut at = 0;
+    while at < idle.len() {
+        match idle[at].heard_free() {
+            Some(true) => return Some(idle.swap_remove(at)),
+            Some(false) => at += 1,
+            None => idle.swap_remove(at).kill(),
+        }
+    }
+    None
+}
+
+/// Keeps a supervisor the engine let go of for a later command; beyond [`MAX_SUPERVISORS`], its socket is
+/// closed, which ends it once its command has.
+fn give_back(mut supervisor: Supervisor) {
+    supervisor.free = false;
+    let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    if idle.len() < MAX_SUPERVISORS {
+        idle.push(supervisor);
+    }
+}
+
+/// Starts `request` under a free supervisor of this engine, or a new one from its spawner (started from
+/// `binary` the first time, and again if it died). An error is an error of starting; a command that cannot be
+/// run is started and ends as [`Ending::NotStarted`], with the reason on its stderr.
+pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervised> {
+    let body = encode(&request)?;
+    for _ in 0..OFFERS {
+        let supervisor = match take_free() {
+            Some(supervisor) => supervisor,
+            None => new_supervisor(binary)?,
+        };
+        let (status_read, status_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let fds = [
+            request.stdin.as_fd(),
+            request.stdout.as_fd(),
+            request.stderr.as_fd(),
+            status_write.as_fd(),
+        ];
+        if send_request(&supervisor.channel, &body, fds).is_ok() {
+            return Ok(Supervised {
+                pid: supervisor.pid,
+                supervisor: Some(supervisor),
+                status: File::from(status_read),
+                ended: std::cell::Cell::new(None),
+            });
+        }
+        // It died while free, or may be alive but stuck: it must not become a second supervisor of this
+        // command later.
+        supervisor.kill();
+    }
+    Err(io::Error::other("no supervisor took the command"))
 }
 
 fn put_bytes(body: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
@@ -359,7 +432,8 @@ fn decode(body: &[u8]) -> Result<Decoded, String> {
     })
 }
 
-/// `fracflow-exec __spawner ENGINE_PID`: serves requests on stdin until the engine closes it or dies.
+/// `fracflow-exec __spawner ENGINE_PID`: hands the engine a supervisor each time it asks, until it closes its
+/// socket (stdin) or dies.
 pub fn serve(args: &[String]) -> ExitCode {
     let Some(engine) = args.first().and_then(|p| p.parse::<u32>().ok()) else {
         eprintln!("error: usage: fracflow-exec __spawner ENGINE_PID (internal)");
@@ -375,9 +449,7 @@ pub fn serve(args: &[String]) -> ExitCode {
     }
     // SAFETY: fd 0 is the socket the engine gave us as stdin; we own it from here.
     let socket = unsafe { UnixStream::from_raw_fd(0) };
-    let mut pool = Pool::default();
-    // Without a free supervisor, requests are served by forking as they come.
-    pool.fork_standby(&[]);
+    let mut standby = Supervisor::fork().ok();
     loop {
         reap_supervisors();
         match readable(&socket, REAP_EVERY) {
@@ -385,40 +457,36 @@ pub fn serve(args: &[String]) -> ExitCode {
             Ok(true) => {}
             Err(_) => return ExitCode::from(1),
         }
-        let served = match serve_one(&socket, &mut pool) {
-            Ok(Some(body)) => body,
+        let mut asked = [0u8; 1];
+        match (&socket).read(&mut asked) {
             // The engine closed the socket: it is done with commands.
-            Ok(None) => return ExitCode::SUCCESS,
-            Err(_) => return ExitCode::from(1),
-        };
-        // After the answer, off the next request's path: a standby only when no supervisor is free.
-        pool.collect_free();
-        if !pool.has_free() {
-            pool.fork_standby(&served);
-            // The fork made the spawner's own pages copy-on-write again: it takes its copies now, as its
-            // standby does (see `supervisor_in_child`), rather than while it serves the next request.
-            drop(std::hint::black_box(decode(&served)));
-            touch_stack();
+            Ok(0) => return ExitCode::SUCCESS,
+            Ok(_) if asked[0] == ASK => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(_) | Err(_) => return ExitCode::from(1),
         }
+        // A standby killed while it waited is replaced by a fork now.
+        let handed = match standby.take().filter(Supervisor::alive) {
+            Some(supervisor) => Ok(supervisor),
+            None => Supervisor::fork().map_err(|e| format!("fork failed: {e}")),
+        };
+        if answer(&socket, handed).is_err() {
+            return ExitCode::from(1);
+        }
+        // Off the next question's path.
+        standby = Supervisor::fork().ok();
     }
 }
 
-/// The most supervisors the spawner keeps for reuse; a request that finds every one of them busy is served by
-/// a supervisor forked for it alone.
+/// The most supervisors the engine keeps while it does not use them; more may run at once.
 const MAX_SUPERVISORS: usize = 64;
 
-/// What a supervisor writes on its channel once it is free for another command.
+/// What a supervisor writes on its socket once it is free for another command.
 const FREE: u8 = 1;
 
-/// The supervisors the spawner can hand requests to. Each serves one command at a time and many in its life:
-/// a fork and an exit per command were about a seventh of the machine's CPU time on a first run of 10 000
-/// trivial nodes (`perf record -a`: `_Fork`, `dup_mmap`, copy-on-write faults and `do_exit`).
-#[derive(Default)]
-struct Pool {
-    supervisors: Vec<Supervisor>,
-}
-
-/// A supervisor forked ahead of its commands, taking them on `channel` (see the module's documentation).
+/// A supervisor forked ahead of its commands, taking them on `channel` (see the module's documentation): the
+/// spawner's standby, or one the engine holds.
+#[derive(Debug)]
 struct Supervisor {
     pid: u32,
     pidfd: OwnedFd,
@@ -427,76 +495,20 @@ struct Supervisor {
     free: bool,
 }
 
-impl Pool {
-    /// Forks a standby, unless the pool is full. `rehearsal`: the last request's body, which the standby
-    /// decodes while it waits (see [`supervisor_in_child`]).
-    fn fork_standby(&mut self, rehearsal: &[u8]) {
-        if self.supervisors.len() >= MAX_SUPERVISORS {
-            return;
-        }
-        if let Ok(supervisor) = Supervisor::fork(rehearsal) {
-            self.supervisors.push(supervisor);
-        }
-    }
-
-    /// Takes in what busy supervisors said without waiting: free again, or gone (their channel closed).
-    fn collect_free(&mut self) {
-        self.supervisors.retain_mut(|supervisor| {
-            if supervisor.free {
-                return true;
-            }
-            let mut said = [0u8; 1];
-            match rustix::net::recv(&supervisor.channel, &mut said, RecvFlags::DONTWAIT) {
-                Ok((1, _)) if said[0] == FREE => {
-                    supervisor.free = true;
-                    true
-                }
-                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => true,
-                // Closed (it exited, or was killed) or garbage: it takes no more commands.
-                _ => {
-                    supervisor.kill();
-                    false
-                }
-            }
-        })
-    }
-
-    fn has_free(&self) -> bool {
-        self.supervisors.iter().any(|supervisor| supervisor.free)
-    }
-
-    /// Hands a request to a free supervisor, which then supervises its command; answers its pid and a pidfd of
-    /// it for the engine. `None` when no free supervisor took it (the caller forks one for it).
-    fn hand_over(&mut self, body: &[u8], fds: &[OwnedFd; 4]) -> Option<(u32, OwnedFd)> {
-        self.collect_free();
-        while let Some(index) = self.supervisors.iter().position(|s| s.free) {
-            let supervisor = &mut self.supervisors[index];
-            if supervisor.send(body, fds).is_ok()
-                && let Ok(pidfd) = supervisor.pidfd.try_clone()
-            {
-                supervisor.free = false;
-                return Some((supervisor.pid, pidfd));
-            }
-            // It died, or may be alive but stuck: it must not become a second supervisor of this command later.
-            self.supervisors.swap_remove(index).kill();
-        }
-        None
-    }
-}
-
 impl Supervisor {
-    fn fork(rehearsal: &[u8]) -> io::Result<Supervisor> {
+    fn fork() -> io::Result<Supervisor> {
         let (ours, theirs) = UnixStream::pair()?;
         // SAFETY: getpid has no preconditions.
         let spawner = unsafe { libc::getpid() } as u32;
-        // SAFETY: the spawner is single-threaded (see `fork_supervisor`), so the child may run ordinary code.
+        // SAFETY: the spawner is single-threaded (it starts no thread, and std starts none for it), so the
+        // child may run ordinary code, allocation included, until it exits.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
             drop(ours);
-            let code = supervisor_in_child(spawner, theirs, rehearsal);
+            let code = supervisor_in_child(spawner, theirs);
             // SAFETY: ends the child at once, without running the spawner's exit handlers.
             unsafe { libc::_exit(code) };
         }
@@ -510,14 +522,26 @@ impl Supervisor {
         })
     }
 
-    fn send(&self, body: &[u8], fds: &[OwnedFd; 4]) -> io::Result<()> {
-        let fds = [
-            fds[0].as_fd(),
-            fds[1].as_fd(),
-            fds[2].as_fd(),
-            fds[3].as_fd(),
-        ];
-        send_request(&self.channel, body, fds)
+    /// Whether it has not exited: its pidfd reads as ready once it has.
+    fn alive(&self) -> bool {
+        !readable(&self.pidfd, Duration::ZERO).unwrap_or(true)
+    }
+
+    /// Whether it is free, taking in what it said without waiting; `None` when it is gone (its channel closed:
+    /// it exited, or was killed) or said something else.
+    fn heard_free(&mut self) -> Option<bool> {
+        if self.free {
+            return Some(true);
+        }
+        let mut said = [0u8; 1];
+        match rustix::net::recv(&self.channel, &mut said, RecvFlags::DONTWAIT) {
+            Ok((1, _)) if said[0] == FREE => {
+                self.free = true;
+                Some(true)
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Some(false),
+            _ => None,
+        }
     }
 
     fn kill(&self) {
@@ -525,15 +549,49 @@ impl Supervisor {
     }
 }
 
-/// A supervisor's life: it waits for a request, supervises its command as a freshly forked supervisor would,
-/// and once the engine has let go of that command says on its channel that it is free for the next. It ends
-/// when the channel closes (the spawner ended: the engine is done with commands, or died).
+/// Answers the engine's question: the supervisor's pid, with its pidfd and the engine's end of its socket
+/// (the spawner keeps neither), or why none could be forked.
+fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result<()> {
+    let mut writer = socket;
+    match handed {
+        Ok(supervisor) => {
+            let mut header = [0u8; 8];
+            header[4..].copy_from_slice(&supervisor.pid.to_le_bytes());
+            let fds = [supervisor.pidfd.as_fd(), supervisor.channel.as_fd()];
+            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+                return Err(io::Error::other("no room for the descriptors"));
+            }
+            let sent = sendmsg(
+                socket,
+                &[IoSlice::new(&header)],
+                &mut control,
+                SendFlags::NOSIGNAL,
+            )?;
+            if sent < header.len() {
+                writer.write_all(&header[sent..])?;
+            }
+        }
+        Err(message) => {
+            let mut header = vec![0u8; 8];
+            header[..4].copy_from_slice(&1u32.to_le_bytes());
+            header[4..].copy_from_slice(&(message.len() as u32).to_le_bytes());
+            header.extend_from_slice(message.as_bytes());
+            writer.write_all(&header)?;
+        }
+    }
+    Ok(())
+}
+
+/// A supervisor's life: it waits for a request from the engine, supervises its command, and once the engine
+/// has let go of that command says on its channel that it is free for the next. It ends when the channel
+/// closes (the engine dropped it, is done with commands, or died).
 ///
 /// Its first writes to a page it shares with the spawner copy the page (a forked child's memory is
-/// copy-on-write): about thirty faults per supervisor, measured with perf's `page_fault_user`. It takes most
-/// of them while it waits rather than after its request came: it decodes the last request, which touches the
-/// allocator's pages a request like it will use, and writes the stack it will run on.
-fn supervisor_in_child(spawner: u32, channel: UnixStream, rehearsal: &[u8]) -> libc::c_int {
+/// copy-on-write). It writes the stack it will run on while it waits, so that the supervision takes no fault
+/// there once a request came.
+fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
     // SAFETY: prctl, getppid, open and dup2 on descriptors this process owns. fd 0 is the engine's socket:
     // a supervisor must not keep the spawner's end open, or an engine would not see a dead spawner's socket
     // close.
@@ -549,12 +607,11 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream, rehearsal: &[u8]) -> l
         }
         libc::close(null);
     }
-    drop(std::hint::black_box(decode(rehearsal)));
     touch_stack();
     loop {
         let (body, fds) = match receive_request(&channel) {
             Ok(Some(request)) => request,
-            // The spawner ended (the engine is done with commands) or sent garbage: nothing to supervise.
+            // The engine let go of it, is done with commands or died, or sent garbage: nothing to supervise.
             Ok(None) | Err(_) => return 0,
         };
         let (Ok(request), Ok(fds)) = (decode(&body), <[OwnedFd; 4]>::try_from(fds)) else {
@@ -642,8 +699,7 @@ fn touch_stack() {
     std::hint::black_box(&mut [0u8; STACK_AHEAD]);
 }
 
-/// Sends one request (header, descriptors, body) on `socket`: the engine to the spawner, or the spawner to its
-/// standby.
+/// Sends one request (header, descriptors, body) on a supervisor's `socket`.
 fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 4]) -> io::Result<()> {
     let header = (body.len() as u32).to_le_bytes();
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
@@ -701,70 +757,6 @@ fn receive_request(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<Owned
     Ok(Some((body, fds)))
 }
 
-/// Reads one request and starts its supervisor: a free one of the pool if one takes it, else a fork.
-/// Answers the request's body, or `None` at the end of the stream.
-fn serve_one(socket: &UnixStream, pool: &mut Pool) -> io::Result<Option<Vec<u8>>> {
-    let Some((body, fds)) = receive_request(socket)? else {
-        return Ok(None);
-    };
-    let answer = match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
-        (Ok(request), Ok(fds)) => match pool.hand_over(&body, &fds) {
-            Some(started) => Ok(started),
-            None => fork_supervisor(request, fds),
-        },
-        (Err(why), _) => Err(why),
-        (_, Err(_)) => Err("a request without its four descriptors".to_owned()),
-    };
-    let mut writer = socket;
-    match answer {
-        Ok((pid, pidfd)) => {
-            let mut answer = [0u8; 8];
-            answer[4..].copy_from_slice(&pid.to_le_bytes());
-            let fd = [pidfd.as_fd()];
-            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            control.push(SendAncillaryMessage::ScmRights(&fd));
-            let sent = sendmsg(
-                socket,
-                &[IoSlice::new(&answer)],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            )?;
-            if sent < answer.len() {
-                writer.write_all(&answer[sent..])?;
-            }
-        }
-        Err(message) => {
-            let mut answer = vec![0u8; 8];
-            answer[..4].copy_from_slice(&1u32.to_le_bytes());
-            answer[4..].copy_from_slice(&(message.len() as u32).to_le_bytes());
-            answer.extend_from_slice(message.as_bytes());
-            writer.write_all(&answer)?;
-        }
-    }
-    Ok(Some(body))
-}
-
-/// Forks the supervisor of one command; returns its pid and a pidfd of it.
-fn fork_supervisor(request: Decoded, fds: [OwnedFd; 4]) -> Result<(u32, OwnedFd), String> {
-    // SAFETY: getpid has no preconditions.
-    let spawner = unsafe { libc::getpid() };
-    // SAFETY: the spawner is single-threaded (it starts no thread, and std starts none for it), so the child
-    // may run ordinary code, allocation included, until it exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork failed: {}", io::Error::last_os_error()));
-    }
-    if pid == 0 {
-        let code = supervise_in_child(spawner as u32, request, fds);
-        // SAFETY: ends the child at once, without running the spawner's exit handlers.
-        unsafe { libc::_exit(code) };
-    }
-    drop(fds);
-    let pidfd = pidfd_of(pid).map_err(|e| format!("pidfd_open failed: {e}"))?;
-    Ok((pid as u32, pidfd))
-}
-
 /// A pidfd of a child just forked. It cannot have been reaped yet (only the spawner's one thread reaps, and
 /// not in between), so the pid names it.
 fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
@@ -774,12 +766,6 @@ fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
         pid,
         rustix::process::PidfdFlags::empty(),
     )?)
-}
-
-/// A supervisor forked for one command: it supervises it and exits.
-fn supervise_in_child(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> libc::c_int {
-    drop(supervise_one(spawner, request, fds));
-    0
 }
 
 /// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`], and how
