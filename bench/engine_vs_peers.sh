@@ -15,6 +15,7 @@ shapes=("$@")
 snakemake_max=${SNAKEMAKE_MAX:-1000}
 repeats=${REPEATS:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/bench/peer_graphs.sh"
 command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
 venv=${SNAKEMAKE_VENV:-$repo/target/bench-venv}
 if [ ! -x "$venv/bin/snakemake" ]; then
@@ -48,49 +49,6 @@ median_of() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b + 0 == b) printf "%.1fx", b / a; else printf "-" }'; }
 
-generate() { # shape dir
-  python3 - "$1" "$nodes" "$2" <<'PY'
-import math, sys
-shape, n, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-# deps[i]: the nodes node i reads; the last node is the target.
-if shape == "chain":
-    deps = [[i - 1] if i else [] for i in range(n)]
-elif shape == "fanin":
-    deps = [[] for _ in range(n - 1)] + [list(range(n - 1))]
-elif shape == "diamond":
-    width = max(2, int(math.sqrt(n)))
-    deps = []
-    for i in range(n):
-        layer, pos = divmod(i, width)
-        deps.append([] if layer == 0 else sorted({(layer - 1) * width + pos, (layer - 1) * width + (pos + 1) % width}))
-    deps[-1] = sorted(set(deps[-1]) | set(range(max(0, n - 1 - width), n - 1)))
-else:  # sweep: n-1 points and one aggregator
-    deps = [[] for _ in range(n - 1)] + [list(range(n - 1))]
-y = ["pipeline: bench", "nodes:"]
-if shape == "sweep":
-    side = int(math.sqrt(n - 1))
-    points = side * side
-    y = ["pipeline: bench", f"sweep: {{a: [{', '.join(map(str, range(side)))}], b: [{', '.join(map(str, range(side)))}]}}", "nodes:",
-         "  p:\n    kind: command\n    foreach: [a, b]\n    outputs: [o]\n    run: 'echo {a} {b} > \"$FRACFLOW_OUT/o\"'",
-         "  agg:\n    kind: command\n    deps: [p]\n    outputs: [o]\n    run: 'echo done > \"$FRACFLOW_OUT/o\"'"]
-    deps = [[] for _ in range(points)] + [list(range(points))]
-    n = points + 1
-else:
-    for i in range(n):
-        y.append(f"  n{i}:\n    kind: command\n    outputs: [o]\n    run: 'echo {i} > \"$FRACFLOW_OUT/o\"'")
-        if deps[i]:
-            y.append("    deps: [" + ", ".join(f"n{j}" for j in deps[i]) + "]")
-open(f"{d}/fracflow/pipelines/bench.yaml", "w").write("\n".join(y) + "\n")
-nj = ["rule t", "  command = echo $id > $out", ""]
-for i in range(n):
-    nj.append(f"build o/{i}: t" + (" | " + " ".join(f"o/{j}" for j in deps[i]) if deps[i] else "") + f"\n  id = {i}")
-open(f"{d}/ninja/build.ninja", "w").write("\n".join(nj) + "\n")
-sm = [f"DEPS = {deps!r}", f"rule all:\n    input: 'o/{n - 1}'",
-      "rule node:\n    input: lambda w: [f'o/{j}' for j in DEPS[int(w.i)]]\n    output: 'o/{i}'\n    shell: 'echo {wildcards.i} > {output}'"]
-open(f"{d}/snakemake/Snakefile", "w").write("\n".join(sm) + "\n")
-print(n)
-PY
-}
 
 printf 'nodes=%s; seconds on this machine (first run: one; no-op and plan: median of %s); ratios are to ninja in the same run\n' "$nodes" "$repeats"
 printf '%-8s %-6s %9s %9s %7s %10s %7s\n' shape phase ninja fracflow ratio snakemake ratio
@@ -98,7 +56,7 @@ for shape in "${shapes[@]}"; do
   dir=$work/$shape
   mkdir -p "$dir/fracflow/pipelines" "$dir/fracflow/hw/testbeds" "$dir/ninja" "$dir/snakemake"
   printf 'kind: emulated\n' > "$dir/fracflow/hw/testbeds/emulated.yaml"
-  count=$(generate "$shape" "$dir")
+  count=$(generate "$shape" "$nodes" "$dir")
   export FRACFLOW_ROOT=$dir/fracflow FRACFLOW_LOCK_DIR=$dir/fracflow/locks
   declare -A n f s
   cd "$dir/ninja"
