@@ -211,11 +211,11 @@ fn commands_start_through_the_small_spawner_or_the_commands_own() {
     );
 }
 
-/// The spawner forks a supervisor ahead of the request (a standby waiting for it) when none is free, and a
-/// standby that died is replaced by a fork at the request. The first node waits for the standby forked after
-/// its own supervisor (a child of the spawner that is not its parent), kills it and waits until it is dead (a
-/// zombie or reaped: a SIGKILL is delivered asynchronously, and a standby still alive would take the second
-/// node); the second still runs, under the first node's supervisor once it is free or under a new one.
+/// The spawner keeps a supervisor forked ahead of the engine's next question for one (a standby), and a
+/// standby that died is replaced by a fork at the question. The first node waits for the standby forked after
+/// its own supervisor was handed over (a child of the spawner that is not its parent), kills it and waits until
+/// it is dead (a zombie or reaped: a SIGKILL is delivered asynchronously, and a standby still alive would be
+/// handed over); the second still runs, under the first node's supervisor once it is free or under a new one.
 #[test]
 fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() {
     let sandbox = Sandbox::new();

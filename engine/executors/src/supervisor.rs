@@ -1,5 +1,6 @@
-//! The supervisor every node command runs under: forked by the spawner (see [`crate::spawner`]) for each
-//! command, it makes the command's whole process tree die with the engine, whatever it forks. It
+//! The supervisor every node command runs under: forked by the spawner (see [`crate::spawner`]) and sent
+//! commands by the engine, one after another, it makes each command's whole process tree die with the engine,
+//! whatever it forks. It
 //! - becomes a child subreaper, so every descendant orphaned below it (a compiler driver's `cc1plus`, a
 //!   pipeline's members, a process that called `setsid`) is re-parented to it rather than to init;
 //! - asks for [`STOP_ALL`] when its parent, the spawner, dies (`PR_SET_PDEATHSIG`) — the spawner dies with the
