@@ -1,6 +1,6 @@
 //! `fracflow-exec __spawner ENGINE_PID`: the spawner every node command starts through (see
 //! `fracflow_executors::spawner`), as a binary of its own. It does what `fracflow __spawner` does; being small,
-//! the supervisor it forks for each command is a small process.
+//! the supervisors it forks are small processes.
 
 use std::process::ExitCode;
 
