@@ -205,7 +205,11 @@ impl Connection {
         std::thread::Builder::new()
             .name("fracflow-spawner".into())
             .spawn(move || {
-                let _ = started.send(command.spawn());
+                let spawned = command.spawn();
+                // The command holds the spawner's end of the socket: kept, a dead spawner's socket would never
+                // close, and the engine would wait on it forever instead of starting a new one.
+                drop(command);
+                let _ = started.send(spawned);
                 loop {
                     std::thread::park();
                 }
