@@ -284,6 +284,46 @@ fn a_free_supervisor_that_died_is_passed_over() {
     assert_eq!(read("last"), "ran\n");
 }
 
+/// A free supervisor dies with its spawner. `a` and `b` run at once (each waits, at most 10 s, until the other
+/// started), so two supervisors are free after them; `killer` (alone: it takes both cores) kills the spawner,
+/// and with it its own command. `after`, alone too and so after `killer`, still runs: on a new spawner's
+/// supervisor, not on the other free one, whose spawner is gone and which would refuse it.
+#[test]
+fn a_free_supervisor_dies_with_its_spawner_and_the_next_command_runs() {
+    let sandbox = Sandbox::new();
+    let meet = |me: &str, other: &str| {
+        format!(
+            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
+        )
+    };
+    let killer = r#"spawner=$(cut -d' ' -f4 /proc/$PPID/stat); grep -q __spawner /proc/$spawner/cmdline && kill -9 $spawner; sleep 10"#;
+    let quoted = |run: &str| run.replace('\'', "''");
+    sandbox.write(
+        "pipelines/spawnerdeath.yaml",
+        &format!(
+            "pipeline: spawnerdeath\nnodes:\n  a:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
+             b:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
+             killer:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: '{}'\n  \
+             after:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
+            quoted(&meet("a", "b")),
+            quoted(&meet("b", "a")),
+            quoted(killer)
+        ),
+    );
+    let output = sandbox.run(&["run", "spawnerdeath", "--jobs", "2", "--keep-going"]);
+    let shown = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("`killer` was killed by signal 9"), "{shown}");
+    let nodes = sandbox.results("spawnerdeath").join("latest/nodes");
+    let read = |node: &str| std::fs::read_to_string(nodes.join(node).join("o"));
+    assert_ne!(
+        read("a").ok(),
+        read("b").ok(),
+        "a and b under one supervisor"
+    );
+    assert_eq!(read("after").ok().as_deref(), Some("ran\n"), "{shown}");
+}
+
 /// A supervisor serves one command after another: once the engine has let go of a command, its supervisor
 /// takes the next instead of a fork per command. Six nodes in a chain, one at a time, each writing its
 /// supervisor's pid: fewer supervisors than nodes, and every node's own output.

@@ -632,6 +632,18 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
         if !discard_pending_signals(spawner) {
             return 0;
         }
+        // Until its next command it dies with the spawner, as a standby does. The supervision set its
+        // parent-death signal to STOP_ALL, which it keeps blocked; and the other end of its socket is the
+        // engine's, which outlives a spawner killed by hand, so the socket would not close either. A
+        // supervisor whose spawner is gone must not take a command: the supervision would refuse it.
+        // SAFETY: prctl and getppid have no memory effects.
+        let orphaned = unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || libc::getppid() as u32 != spawner
+        };
+        if orphaned {
+            return 0;
+        }
         let mut writer = &channel;
         if writer.write_all(&[FREE]).is_err() {
             return 0;
