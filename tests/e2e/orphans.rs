@@ -239,6 +239,26 @@ fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() 
     assert_eq!(second, "ran\n");
 }
 
+/// The start of pipeline `name` with two nodes `first` and `second` that run at once, so under two
+/// supervisors: each writes its supervisor's pid (`$PPID`) as its output `o`, then waits (at most 10 s) until
+/// the other has started too.
+fn two_at_once(name: &str, first: &str, second: &str) -> String {
+    let node = |me: &str, other: &str| {
+        let run = format!(
+            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
+        );
+        format!(
+            "  {me}:\n    kind: command\n    outputs: [o]\n    run: '{}'\n",
+            run.replace('\'', "''")
+        )
+    };
+    format!(
+        "pipeline: {name}\nnodes:\n{}{}",
+        node(first, second),
+        node(second, first)
+    )
+}
+
 /// The engine keeps the supervisors it let go of; one that died while it waited for a command is dropped and
 /// the command goes to another. `p` and `q` run at once (each waits, at most 10 s, until the other started), so
 /// under two supervisors; `killer` kills the one of them it does not run under and waits until it is dead; the
@@ -246,24 +266,15 @@ fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() 
 #[test]
 fn a_free_supervisor_that_died_is_passed_over() {
     let sandbox = Sandbox::new();
-    let meet = |me: &str, other: &str| {
-        format!(
-            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
-        )
-    };
     let killer = r#"for s in $(cat "$FRACFLOW_DEP_P/o" "$FRACFLOW_DEP_Q/o"); do [ "$s" != "$PPID" ] && victim=$s; done; [ -n "$victim" ] && kill -9 $victim && i=0 && until [ $i -ge 500 ] || [ "$(cut -d' ' -f3 /proc/$victim/stat 2>/dev/null || echo Z)" = Z ]; do i=$((i + 1)); sleep 0.02; done && echo $victim > "$FRACFLOW_OUT/o""#;
-    let quoted = |run: &str| run.replace('\'', "''");
     sandbox.write(
         "pipelines/passover.yaml",
         &format!(
-            "pipeline: passover\nnodes:\n  p:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
-             q:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
-             killer:\n    kind: command\n    deps: [p, q]\n    outputs: [o]\n    run: '{}'\n  \
+            "{}  killer:\n    kind: command\n    deps: [p, q]\n    outputs: [o]\n    run: '{}'\n  \
              after:\n    kind: command\n    deps: [killer]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n  \
              last:\n    kind: command\n    deps: [after]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
-            quoted(&meet("p", "q")),
-            quoted(&meet("q", "p")),
-            quoted(killer)
+            two_at_once("passover", "p", "q"),
+            killer.replace('\'', "''")
         ),
     );
     let output = sandbox.run(&["run", "passover", "--jobs", "2"]);
@@ -291,23 +302,14 @@ fn a_free_supervisor_that_died_is_passed_over() {
 #[test]
 fn a_free_supervisor_dies_with_its_spawner_and_the_next_command_runs() {
     let sandbox = Sandbox::new();
-    let meet = |me: &str, other: &str| {
-        format!(
-            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
-        )
-    };
     let killer = r#"spawner=$(cut -d' ' -f4 /proc/$PPID/stat); grep -q __spawner /proc/$spawner/cmdline && kill -9 $spawner; sleep 10"#;
-    let quoted = |run: &str| run.replace('\'', "''");
     sandbox.write(
         "pipelines/spawnerdeath.yaml",
         &format!(
-            "pipeline: spawnerdeath\nnodes:\n  a:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
-             b:\n    kind: command\n    outputs: [o]\n    run: '{}'\n  \
-             killer:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: '{}'\n  \
+            "{}  killer:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: '{}'\n  \
              after:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
-            quoted(&meet("a", "b")),
-            quoted(&meet("b", "a")),
-            quoted(killer)
+            two_at_once("spawnerdeath", "a", "b"),
+            killer.replace('\'', "''")
         ),
     );
     let output = sandbox.run(&["run", "spawnerdeath", "--jobs", "2", "--keep-going"]);

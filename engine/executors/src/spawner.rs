@@ -562,17 +562,7 @@ fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result
             let mut header = [0u8; 8];
             header[4..].copy_from_slice(&supervisor.pid.to_le_bytes());
             let fds = [supervisor.pidfd.as_fd(), supervisor.channel.as_fd()];
-            let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-                return Err(io::Error::other("no room for the descriptors"));
-            }
-            let sent = sendmsg(
-                socket,
-                &[IoSlice::new(&header)],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            )?;
+            let sent = send_with_fds(socket, &header, &fds)?;
             if sent < header.len() {
                 writer.write_all(&header[sent..])?;
             }
@@ -715,21 +705,25 @@ fn touch_stack() {
     std::hint::black_box(&mut [0u8; STACK_AHEAD]);
 }
 
+/// Sends `header` with `fds` (at most four) in `SCM_RIGHTS`; answers how many bytes of the header were taken.
+fn send_with_fds(socket: &UnixStream, header: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("no room for the descriptors"));
+    }
+    Ok(sendmsg(
+        socket,
+        &[IoSlice::new(header)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?)
+}
+
 /// Sends one request (header, descriptors, body) on a supervisor's `socket`.
 fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 4]) -> io::Result<()> {
     let header = (body.len() as u32).to_le_bytes();
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("no room for the descriptors"));
-    }
-    let sent = sendmsg(
-        socket,
-        &[IoSlice::new(&header)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
-    if sent != header.len() {
+    if send_with_fds(socket, &header, &fds)? != header.len() {
         return Err(io::Error::other("a header was taken in part"));
     }
     let mut written = 0;
