@@ -49,7 +49,6 @@ median_of() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b + 0 == b) printf "%.1fx", b / a; else printf "-" }'; }
 
-
 printf 'nodes=%s; seconds on this machine (first run: one; no-op and plan: median of %s); ratios are to ninja in the same run\n' "$nodes" "$repeats"
 printf '%-8s %-6s %9s %9s %7s %10s %7s\n' shape phase ninja fracflow ratio snakemake ratio
 for shape in "${shapes[@]}"; do

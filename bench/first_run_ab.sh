@@ -24,12 +24,13 @@ count=$(generate "$shape" "$nodes" "$work/graph")
 # Idle core-seconds so far, all cores (the idle and iowait columns of /proc/stat, in clock ticks).
 idle_ticks() { awk '/^cpu / { print $5 + $6 }' /proc/stat; }
 ticks=$(getconf CLK_TCK)
-# One first run: label, then the command; prints `wall idle` in seconds, or fails the bench when it fails.
+# One first run: round, label, then the command; prints `wall idle` in seconds, or fails the bench when it fails.
+# Every copy is kept until the bench ends: on an ext4 without a journal, creating files soon after thousands were
+# deleted costs a scan of the deleted inodes, which would charge one round's removal to the next (README).
 first_run() {
-  local label=$1 dir t0 t1 i0 i1
-  shift
-  dir=$work/round-$label
-  rm -rf "$dir"
+  local label=$2 dir t0 t1 i0 i1
+  dir=$work/round-$1-$label
+  shift 2
   cp -r "$work/graph/$([ "$label" = ninja ] && echo ninja || echo fracflow)" "$dir"
   i0=$(idle_ticks); t0=$(date +%s.%N)
   (cd "$dir" && FRACFLOW_ROOT=$dir FRACFLOW_LOCK_DIR=$dir/locks "$@" >/dev/null 2>&1) || { echo "$label failed" >&2; exit 1; }
@@ -45,9 +46,9 @@ printf '%s of %s nodes, first run, %s rounds; TMPDIR=%s (%s); load before: %s\n'
 for ((r = 1; r <= rounds; r++)); do
   for label in "${labels[@]}"; do
     case $label in
-      ninja) result=$(first_run ninja ninja -j2) ;;
-      fracflow) result=$(first_run fracflow "$fracflow" run bench --jobs 2) ;;
-      base) result=$(first_run base "$BASE" run bench --jobs 2) ;;
+      ninja) result=$(first_run "$r" ninja ninja -j2) ;;
+      fracflow) result=$(first_run "$r" fracflow "$fracflow" run bench --jobs 2) ;;
+      base) result=$(first_run "$r" base "$BASE" run bench --jobs 2) ;;
     esac
     walls[$label]+="${result% *} "
     idles[$label]+="${result#* } "
