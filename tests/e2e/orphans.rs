@@ -239,24 +239,21 @@ fn a_standby_supervisor_waits_for_the_next_command_and_a_dead_one_is_replaced() 
     assert_eq!(second, "ran\n");
 }
 
-/// The start of pipeline `name` with two nodes `first` and `second` that run at once, so under two
-/// supervisors: each writes its supervisor's pid (`$PPID`) as its output `o`, then waits (at most 10 s) until
-/// the other has started too.
-fn two_at_once(name: &str, first: &str, second: &str) -> String {
-    let node = |me: &str, other: &str| {
+/// The start of pipeline `name` with `nodes` that run at once, so each under a supervisor of its own: each
+/// writes its supervisor's pid (`$PPID`) as its output `o`, then waits (at most 10 s) until all have started.
+fn at_once(name: &str, nodes: &[&str]) -> String {
+    let all = nodes.len();
+    let mut yaml = format!("pipeline: {name}\nnodes:\n");
+    for me in nodes {
         let run = format!(
-            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ -e "$FRACFLOW_ROOT/{other}.started" ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
+            r#"echo $PPID > "$FRACFLOW_OUT/o"; : > "$FRACFLOW_ROOT/{me}.started"; i=0; until [ "$(ls "$FRACFLOW_ROOT" | grep -c '\.started$')" -ge {all} ] || [ $i -ge 500 ]; do i=$((i + 1)); sleep 0.02; done"#
         );
-        format!(
+        yaml.push_str(&format!(
             "  {me}:\n    kind: command\n    outputs: [o]\n    run: '{}'\n",
             run.replace('\'', "''")
-        )
-    };
-    format!(
-        "pipeline: {name}\nnodes:\n{}{}",
-        node(first, second),
-        node(second, first)
-    )
+        ));
+    }
+    yaml
 }
 
 /// The engine keeps the supervisors it let go of; one that died while it waited for a command is dropped and
@@ -273,7 +270,7 @@ fn a_free_supervisor_that_died_is_passed_over() {
             "{}  killer:\n    kind: command\n    deps: [p, q]\n    outputs: [o]\n    run: '{}'\n  \
              after:\n    kind: command\n    deps: [killer]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n  \
              last:\n    kind: command\n    deps: [after]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
-            two_at_once("passover", "p", "q"),
+            at_once("passover", &["p", "q"]),
             killer.replace('\'', "''")
         ),
     );
@@ -295,10 +292,11 @@ fn a_free_supervisor_that_died_is_passed_over() {
     assert_eq!(read("last"), "ran\n");
 }
 
-/// A free supervisor dies with its spawner. `a` and `b` run at once (each waits, at most 10 s, until the other
-/// started), so two supervisors are free after them; `killer` (alone: it takes both cores) kills the spawner,
-/// and with it its own command. `after`, alone too and so after `killer`, still runs: on a new spawner's
-/// supervisor, not on the other free one, whose spawner is gone and which would refuse it.
+/// A free supervisor dies with its spawner. Five nodes run at once (each waits, at most 10 s, until all
+/// started), so five supervisors are free after them; `killer` (alone: it takes all five cores) kills the
+/// spawner, and with it its own command. `after`, alone too and so after `killer`, still runs: on a new
+/// spawner's supervisor, after the engine has passed over the four free ones, which died with their spawner
+/// (more than a command's offers to new supervisors).
 #[test]
 fn a_free_supervisor_dies_with_its_spawner_and_the_next_command_runs() {
     let sandbox = Sandbox::new();
@@ -306,22 +304,26 @@ fn a_free_supervisor_dies_with_its_spawner_and_the_next_command_runs() {
     sandbox.write(
         "pipelines/spawnerdeath.yaml",
         &format!(
-            "{}  killer:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: '{}'\n  \
-             after:\n    kind: command\n    deps: [a, b]\n    resources: [cores:2]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
-            two_at_once("spawnerdeath", "a", "b"),
+            "{}  killer:\n    kind: command\n    deps: [s0, s1, s2, s3, s4]\n    resources: [cores:5]\n    outputs: [o]\n    run: '{}'\n  \
+             after:\n    kind: command\n    deps: [s0, s1, s2, s3, s4]\n    resources: [cores:5]\n    outputs: [o]\n    run: 'echo ran > \"$FRACFLOW_OUT/o\"'\n",
+            at_once("spawnerdeath", &["s0", "s1", "s2", "s3", "s4"]),
             killer.replace('\'', "''")
         ),
     );
-    let output = sandbox.run(&["run", "spawnerdeath", "--jobs", "2", "--keep-going"]);
+    let output = sandbox.run(&["run", "spawnerdeath", "--jobs", "5", "--keep-going"]);
     let shown = text(&output);
     assert_eq!(output.status.code(), Some(1), "{shown}");
     assert!(shown.contains("`killer` was killed by signal 9"), "{shown}");
     let nodes = sandbox.results("spawnerdeath").join("latest/nodes");
     let read = |node: &str| std::fs::read_to_string(nodes.join(node).join("o"));
-    assert_ne!(
-        read("a").ok(),
-        read("b").ok(),
-        "a and b under one supervisor"
+    let supervisors: std::collections::BTreeSet<_> = ["s0", "s1", "s2", "s3", "s4"]
+        .iter()
+        .filter_map(|node| read(node).ok())
+        .collect();
+    assert_eq!(
+        supervisors.len(),
+        5,
+        "not five supervisors: {supervisors:?}"
     );
     assert_eq!(read("after").ok().as_deref(), Some("ran\n"), "{shown}");
 }

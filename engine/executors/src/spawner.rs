@@ -182,8 +182,9 @@ static IDLE: Mutex<Vec<Supervisor>> = Mutex::new(Vec::new());
 /// The byte that asks the spawner for a supervisor.
 const ASK: u8 = 1;
 
-/// How many supervisors a command is offered to before its start fails: each one that fails to take it has
-/// died since it was last free (or was never handed over whole), and the next comes from the spawner.
+/// How many new supervisors from the spawner a command is offered to before its start fails. The free ones the
+/// engine holds are all tried first, however many: one that fails to take the command has died since it said
+/// it was free (all of them, when the spawner died), and is dropped.
 const OFFERS: usize = 4;
 
 impl Connection {
@@ -321,10 +322,15 @@ fn give_back(mut supervisor: Supervisor) {
 /// run is started and ends as [`Ending::NotStarted`], with the reason on its stderr.
 pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervised> {
     let body = encode(&request)?;
-    for _ in 0..OFFERS {
+    let mut offers = 0;
+    loop {
         let supervisor = match take_free() {
             Some(supervisor) => supervisor,
-            None => new_supervisor(binary)?,
+            None if offers < OFFERS => {
+                offers += 1;
+                new_supervisor(binary)?
+            }
+            None => return Err(io::Error::other("no supervisor took the command")),
         };
         let (status_read, status_write) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -346,7 +352,6 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
         // command later.
         supervisor.kill();
     }
-    Err(io::Error::other("no supervisor took the command"))
 }
 
 fn put_bytes(body: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
