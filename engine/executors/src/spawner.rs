@@ -228,26 +228,8 @@ impl Connection {
     fn supervisor(&mut self) -> io::Result<Result<Supervisor, String>> {
         self.socket.write_all(&[ASK])?;
         let mut answer = [0u8; 8];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let received = recvmsg(
-            &self.socket,
-            &mut [IoSliceMut::new(&mut answer)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        )?;
-        let mut fds = Vec::with_capacity(2);
-        for message in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(rights) = message {
-                fds.extend(rights);
-            }
-        }
-        if received.bytes == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        if received.bytes < answer.len() {
-            self.socket.read_exact(&mut answer[received.bytes..])?;
-        }
+        let fds = receive_with_fds(&self.socket, &mut answer)?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
         let kind = u32::from_le_bytes([answer[0], answer[1], answer[2], answer[3]]);
         let value = u32::from_le_bytes([answer[4], answer[5], answer[6], answer[7]]);
         if kind != 0 {
@@ -741,17 +723,29 @@ fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 4]) -> i
 /// Reads one request's body and descriptors; `None` at the end of the stream.
 fn receive_request(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut header = [0u8; 4];
+    let Some(fds) = receive_with_fds(socket, &mut header)? else {
+        return Ok(None);
+    };
+    let length = u32::from_le_bytes(header);
+    if length > MAX_REQUEST {
+        return Err(io::Error::other("a request larger than any command"));
+    }
+    let mut body = vec![0u8; length as usize];
+    (&*socket).read_exact(&mut body)?;
+    Ok(Some((body, fds)))
+}
+
+/// Receives `header` whole, with the descriptors sent beside it (at most four, close-on-exec); `None` at the end
+/// of the stream. The other side of [`send_with_fds`].
+fn receive_with_fds(socket: &UnixStream, header: &mut [u8]) -> io::Result<Option<Vec<OwnedFd>>> {
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = recvmsg(
         socket,
-        &mut [IoSliceMut::new(&mut header)],
+        &mut [IoSliceMut::new(header)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    if received.bytes == 0 {
-        return Ok(None);
-    }
     let fds: Vec<OwnedFd> = control
         .drain()
         .flat_map(|message| match message {
@@ -759,17 +753,13 @@ fn receive_request(socket: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<Owned
             _ => Vec::new(),
         })
         .collect();
-    let mut reader = socket;
+    if received.bytes == 0 {
+        return Ok(None);
+    }
     if received.bytes < header.len() {
-        reader.read_exact(&mut header[received.bytes..])?;
+        (&*socket).read_exact(&mut header[received.bytes..])?;
     }
-    let length = u32::from_le_bytes(header);
-    if length > MAX_REQUEST {
-        return Err(io::Error::other("a request larger than any command"));
-    }
-    let mut body = vec![0u8; length as usize];
-    reader.read_exact(&mut body)?;
-    Ok(Some((body, fds)))
+    Ok(Some(fds))
 }
 
 /// A pidfd of a child just forked. It cannot have been reaped yet (only the spawner's one thread reaps, and
