@@ -169,14 +169,38 @@ fn assert_verifies_clean(project: &Sandbox, shared: &Shared) {
     assert!(text(&verify).contains(" 0 corrupt"), "{}", text(&verify));
 }
 
-/// Key lock files left in the cache (released locks delete theirs).
-fn key_lock_files(shared: &Shared) -> Vec<PathBuf> {
-    std::fs::read_dir(shared.cache().join("locks"))
+/// Key locks left in the cache: `<key>.lock` files (engines before the key lock table made them), and whether
+/// any byte of the table `locks/keys.table` is still locked, as another engine would find it (an OFD lock
+/// probe over the whole file).
+fn key_locks_left(shared: &Shared) -> (Vec<PathBuf>, bool) {
+    let locks = shared.cache().join("locks");
+    let files = std::fs::read_dir(&locks)
         .expect("locks dir")
         .flatten()
         .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lock"))
         .filter(|p| p.file_name().is_some_and(|n| n != "in-use.lock"))
-        .collect()
+        .collect();
+    let table = std::fs::File::open(locks.join("keys.table")).expect("the key lock table");
+    // SAFETY: a zeroed `flock` is a valid value of a plain C struct (length 0: to the end of the file).
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl writes only into `probe`; the descriptor is open.
+    let probed = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&table),
+            libc::F_OFD_GETLK,
+            &mut probe,
+        )
+    };
+    assert_eq!(
+        probed,
+        0,
+        "F_OFD_GETLK: {}",
+        std::io::Error::last_os_error()
+    );
+    (files, probe.l_type != libc::F_UNLCK as libc::c_short)
 }
 
 #[test]
@@ -268,8 +292,9 @@ fn two_engines_on_one_cache_build_each_key_once() {
         ids.len(),
         "each key built by exactly one of the runs"
     );
-    assert!(
-        key_lock_files(&shared).is_empty(),
+    assert_eq!(
+        key_locks_left(&shared),
+        (Vec::new(), false),
         "released locks are gone"
     );
     assert_verifies_clean(&projects[0], &shared);
@@ -316,8 +341,9 @@ fn an_engine_killed_while_building_a_key_does_not_block_the_other() {
     assert_eq!(manifest["status"], "succeeded");
     assert_eq!(manifest["nodes"]["slow"]["status"], "built");
     assert_eq!(manifest["nodes"]["after"]["status"], "built");
-    assert!(
-        key_lock_files(&shared).is_empty(),
+    assert_eq!(
+        key_locks_left(&shared),
+        (Vec::new(), false),
         "released locks are gone"
     );
     assert_verifies_clean(&second, &shared);

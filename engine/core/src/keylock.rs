@@ -1,20 +1,27 @@
 //! Locks that let several engines share one cache: a per-key build lock, so one key is built by one engine
 //! at a time, and the cache's in-use lock, so `gc` never deletes what a running engine is using.
 //!
-//! A key's lock is `<cache>/locks/<key>.lock`, `flock`ed exclusively while the key is built. It holds the
-//! holder's pid, host, start time and node id as JSON, so that a waiting engine can say whom it waits for.
-//! The holder deletes the file while it still holds the lock, then closes it; a waiter that had opened the old
-//! file notices that the path no longer names the file it locked and starts over (the classic protocol that
-//! makes deleting lock files safe).
+//! Key locks live in one file, `<cache>/locks/keys.table`, of [`SLOTS`] slots of [`SLOT_BYTES`] bytes. A key's
+//! slot is read from its hash ([`slot_of`]); building the key holds an exclusive open-file-description
+//! (OFD) byte-range lock on the slot's bytes, and the holder writes its pid, host, start time and node id as
+//! JSON into them, so that a waiting engine can say whom it waits for. A lock taken and released is two
+//! `fcntl`s and one small write in a file every engine keeps open: no file is made or deleted per key, which
+//! on ext4 cost an inode allocation (a scan of the inode bitmap) and, with `discard`, a wait for the disk when
+//! the deleted inode's block was freed.
+//!
+//! Two keys share a slot once in [`SLOTS`]: the second then waits for the first as it would for its own key.
+//! No deadlock follows, since a lock is held only while its node executes and an executing node waits for
+//! nothing else. In one engine, OFD locks taken through one open file never conflict with each other, so the
+//! engine keeps the slots it holds itself and answers "held" for a second key in one of them.
 //!
 //! What happens when a holder dies depends on the filesystem:
-//! - Local filesystems: `flock` belongs to the open file, and the kernel releases it when the last descriptor
-//!   closes, which a dying process does however it dies (SIGKILL included). Our descriptors are close-on-exec
-//!   (Rust's default), so the node processes a holder starts cannot keep its lock alive.
-//! - NFSv4: Linux implements `flock` as a whole-file byte-range lock held under the client's lease. A dead
-//!   process's lock is released by its machine at once; a machine that dies or is cut off loses its locks
-//!   when its lease expires (90 s by default), and a waiter then takes over.
-//! - NFSv3 goes through lockd (NLM). Mounted `nolock` or `local_lock=flock|all`, `flock` only excludes
+//! - Local filesystems: an OFD lock belongs to the open file, and the kernel releases it when the last
+//!   descriptor closes, which a dying process does however it dies (SIGKILL included). Our descriptors are
+//!   close-on-exec (Rust's default), so the node processes a holder starts cannot keep its lock alive.
+//! - NFSv4: byte-range locks are the protocol's own, held under the client's lease. A dead process's lock is
+//!   released by its machine at once; a machine that dies or is cut off loses its locks when its lease expires
+//!   (90 s by default), and a waiter then takes over.
+//! - NFSv3 goes through lockd (NLM). Mounted `nolock` or `local_lock=posix|all`, byte-range locks only exclude
 //!   processes of the same machine: engines on two machines may then build one key at the same time. The
 //!   cache stays consistent (every file is published by rename and two entries of one key are
 //!   interchangeable); only work is repeated. With lockd, the locks of a machine that crashed are only
@@ -22,23 +29,35 @@
 //! - FUSE filesystems (sshfs, …) and Lustre mounted `localflock` also keep locks local to one machine.
 //!
 //! [`locality_caveat`] recognises the local-only cases from `/proc/self/mountinfo`; the scheduler reports it
-//! as a warning. A filesystem that refuses `flock` altogether makes locking fail; the scheduler then builds
-//! without the key lock and says so.
+//! as a warning. A filesystem that refuses byte-range locks altogether makes locking fail; the scheduler then
+//! builds without the key lock and says so. The table is never deleted by fracflow; deleting it by hand while
+//! engines run lets them build one key twice (consistent, only repeated). Engines of versions before the table
+//! locked `<cache>/locks/<key>.lock` files instead; `gc` still removes such files that nobody holds.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-/// The in-use lock's file name under `<cache>/locks/`; every other `*.lock` there is a key's.
+/// The in-use lock's file name under `<cache>/locks/`; every other `*.lock` there is a key's, left by an engine
+/// of a version before the table.
 const IN_USE: &str = "in-use.lock";
 
-/// How often to start over when a holder deleted the lock file between our open and our lock.
-const REOPEN_ATTEMPTS: usize = 16;
+/// The key lock table's file name under `<cache>/locks/`.
+pub const TABLE: &str = "keys.table";
 
-/// Who holds a key's lock, as written in its lock file.
+/// Slots in the table.
+pub const SLOTS: u64 = 1 << 14;
+
+/// Bytes of one slot: the holder's JSON, cut to fit (see `slot_record`), then spaces.
+pub const SLOT_BYTES: u64 = 256;
+
+/// Who holds a key's lock, as written in its slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub pid: u32,
@@ -49,80 +68,179 @@ pub struct Holder {
     pub node: String,
 }
 
-/// A held key lock: deleted and released when dropped, released by the kernel when the process dies.
+/// A held key lock: released when dropped, released by the kernel when the process dies.
 #[derive(Debug)]
 pub struct KeyLock {
-    file: File,
-    path: PathBuf,
+    table: PathBuf,
+    slot: u64,
 }
 
 /// The outcome of one attempt to take a key's lock.
 #[derive(Debug)]
 pub enum Attempt {
     Acquired(KeyLock),
-    /// Another engine (or another thread of this one) builds the key; `None` when its file was unreadable,
-    /// e.g. caught between the holder's lock and its write.
+    /// Another engine (or another thread of this one) builds the key, or a key sharing its slot; `None` when
+    /// the slot was unreadable, e.g. caught between the holder's lock and its write.
     Held(Option<Holder>),
 }
 
-/// The lock file of `key` under the cache's `locks/` directory.
-fn path_of(locks: &Path, key: &str) -> PathBuf {
-    locks.join(format!("{key}.lock"))
+/// A table this process has open: the one open file all its locks in it are taken through, and the slots it
+/// holds with their holders (OFD locks through one open file do not exclude each other).
+#[derive(Debug)]
+struct OpenTable {
+    file: File,
+    held: HashMap<u64, Holder>,
+}
+
+/// The tables this process has open, by path. A table none of whose slots is held is closed once more than
+/// [`KEPT_TABLES`] are open (a test process opens a cache per test).
+static TABLES: Mutex<Option<HashMap<PathBuf, OpenTable>>> = Mutex::new(None);
+const KEPT_TABLES: usize = 4;
+
+/// The slot of a key given as hex: the first 16 hex digits as a number, modulo [`SLOTS`]. A key that is not hex
+/// (never made by fracflow) goes by the blake3 of its text.
+pub fn slot_of(key: &str) -> u64 {
+    let prefix = key.get(..16).and_then(|p| u64::from_str_radix(p, 16).ok());
+    let number = prefix.unwrap_or_else(|| {
+        let hash = blake3::hash(key.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&hash.as_bytes()[..8]);
+        u64::from_be_bytes(first)
+    });
+    number % SLOTS
 }
 
 /// Takes `key`'s lock without waiting and records us (pid, host, now, `node`) as its holder.
 pub fn try_acquire(locks: &Path, key: &str, node: &str) -> io::Result<Attempt> {
-    let path = path_of(locks, key);
-    for _ in 0..REOPEN_ATTEMPTS {
-        let mut file = match open_lock_file(&path) {
-            Ok(file) => file,
-            // The holder deleted the file between our directory lookup and our open (NFS reports a stale
-            // handle for the same race): look again.
-            Err(e) if is_gone(&e) => continue,
-            Err(e) => return Err(e),
-        };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Ok(Attempt::Held(read_holder(&mut file))),
-            Err(fs::TryLockError::Error(e)) if is_gone(&e) => continue,
-            Err(fs::TryLockError::Error(e)) => return Err(e),
+    let table_path = locks.join(TABLE);
+    let slot = slot_of(key);
+    let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
+    let tables = tables.get_or_insert_with(HashMap::new);
+    if !tables.contains_key(&table_path) {
+        if tables.len() >= KEPT_TABLES {
+            tables.retain(|_, table| !table.held.is_empty());
         }
-        // The previous holder deletes the file before it releases it: if the path no longer names the file we
-        // locked, our lock is on a deleted file that no one else will ever see. Start over.
-        if !names_file(&path, &file) {
-            continue;
-        }
-        let holder = Holder {
-            pid: std::process::id(),
-            host: hostname(),
-            since: crate::run::now_rfc3339(),
-            node: node.to_owned(),
-        };
-        let bytes = serde_json::to_vec(&holder).map_err(io::Error::other)?;
-        // One write of a few hundred bytes: a waiter reads the old holder, nothing, or us, never a mixture
-        // that parses (and an unparsable file only makes the message vaguer).
-        file.set_len(0)?;
-        file.write_all(&bytes)?;
-        return Ok(Attempt::Acquired(KeyLock { file, path }));
+        let file = open_lock_file(&table_path)?;
+        tables.insert(
+            table_path.clone(),
+            OpenTable {
+                file,
+                held: HashMap::new(),
+            },
+        );
     }
-    Err(io::Error::other(format!(
-        "lock file {} was replaced {REOPEN_ATTEMPTS} times while being locked",
-        path.display()
-    )))
+    let Some(table) = tables.get_mut(&table_path) else {
+        return Err(io::Error::other("the key lock table was not kept open"));
+    };
+    if let Some(holder) = table.held.get(&slot) {
+        return Ok(Attempt::Held(Some(holder.clone())));
+    }
+    let holder = Holder {
+        pid: std::process::id(),
+        host: hostname(),
+        since: crate::run::now_rfc3339(),
+        node: node.to_owned(),
+    };
+    let record = slot_record(&holder)?;
+    if !set_lock(&table.file, slot, libc::F_WRLCK as libc::c_short)? {
+        return Ok(Attempt::Held(read_holder(&table_path, slot)));
+    }
+    // One write of the whole slot: a waiter reads the old holder, or us, never a mixture that parses (and an
+    // unparsable slot only makes the message vaguer).
+    let written = table.file.write_all_at(&record, slot * SLOT_BYTES);
+    if let Err(error) = written {
+        let _ = set_lock(&table.file, slot, libc::F_UNLCK as libc::c_short);
+        return Err(error);
+    }
+    table.held.insert(slot, holder);
+    Ok(Attempt::Acquired(KeyLock {
+        table: table_path,
+        slot,
+    }))
 }
 
 impl Drop for KeyLock {
     fn drop(&mut self) {
-        // Delete while still holding the lock: deleting after releasing could remove the file a waiter has just
-        // locked, and a third engine would then lock a fresh file at the same path while the waiter builds.
-        if names_file(&self.path, &self.file) {
-            let _ = fs::remove_file(&self.path);
+        let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(table) = tables.as_mut().and_then(|t| t.get_mut(&self.table))
+            && table.held.remove(&self.slot).is_some()
+        {
+            // Should the unlock fail, the lock goes when the table is closed, at the latest when we exit.
+            let _ = set_lock(&table.file, self.slot, libc::F_UNLCK as libc::c_short);
         }
-        // Closing `self.file` (after this body) releases the lock.
     }
 }
 
-/// Removes the lock files of keys that nobody holds: left behind by holders that died. Returns how many.
+/// Locks (`F_WRLCK`) or unlocks (`F_UNLCK`) `slot`'s bytes with an OFD lock, without waiting: whether it was
+/// done, `false` when another open file holds a lock on them.
+fn set_lock(file: &File, slot: u64, kind: libc::c_short) -> io::Result<bool> {
+    let start = libc::off_t::try_from(slot * SLOT_BYTES).map_err(io::Error::other)?;
+    let len = libc::off_t::try_from(SLOT_BYTES).map_err(io::Error::other)?;
+    // SAFETY: a zeroed `flock` is a valid value of a plain C struct; `l_pid` must be 0 for OFD locks.
+    let mut request: libc::flock = unsafe { std::mem::zeroed() };
+    request.l_type = kind;
+    request.l_whence = libc::SEEK_SET as libc::c_short;
+    request.l_start = start;
+    request.l_len = len;
+    // SAFETY: fcntl reads the `flock` we own for the duration of the call; the descriptor is open.
+    let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &request) };
+    if done == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(error),
+    }
+}
+
+/// The slot's bytes for `holder`: its JSON, padded with spaces. A host name longer than POSIX's 64 bytes, then the
+/// node id, are cut (at a character boundary, marked `…`) until it fits.
+fn slot_record(holder: &Holder) -> io::Result<Vec<u8>> {
+    const HOST_NAME_MAX: usize = 64;
+    let limit = usize::try_from(SLOT_BYTES).map_err(io::Error::other)?;
+    let mut fitted = holder.clone();
+    cut_to(&mut fitted.host, HOST_NAME_MAX);
+    let mut bytes = serde_json::to_vec(&fitted).map_err(io::Error::other)?;
+    if bytes.len() > limit {
+        let keep = fitted.node.len().saturating_sub(bytes.len() - limit);
+        cut_to(&mut fitted.node, keep);
+        bytes = serde_json::to_vec(&fitted).map_err(io::Error::other)?;
+    }
+    if bytes.len() > limit {
+        return Err(io::Error::other(
+            "a key lock's holder does not fit its slot",
+        ));
+    }
+    bytes.resize(limit, b' ');
+    Ok(bytes)
+}
+
+/// Cuts `text` to at most `max` bytes, the last of them a `…`, at a character boundary.
+fn cut_to(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+}
+
+/// The holder written in `slot`, read through a file opened for this (so NFS shows what the holder wrote, and
+/// closing it drops no lock of ours: OFD locks belong to the open file they were taken through).
+fn read_holder(table: &Path, slot: u64) -> Option<Holder> {
+    let file = File::open(table).ok()?;
+    let mut bytes = vec![0; usize::try_from(SLOT_BYTES).ok()?];
+    file.read_exact_at(&mut bytes, slot * SLOT_BYTES).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    serde_json::from_str(text.trim_end_matches([' ', '\0'])).ok()
+}
+
+/// Removes the `<key>.lock` files of engines before the key lock table that nobody holds (left behind by
+/// holders that died). Returns how many. The table itself stays: it is one file, and engines keep it open.
 pub fn remove_stale(locks: &Path) -> io::Result<usize> {
     let mut removed = 0;
     let Ok(listing) = fs::read_dir(locks) else {
@@ -176,8 +294,7 @@ impl InUse {
 }
 
 /// Opened for writing too: NFS grants an exclusive lock only on a file open for writing. Its folder is made
-/// when the open finds none, not before every open: a run takes a key lock per node it starts, and making sure of
-/// the folder first cost a `mkdir` and a `stat` each time.
+/// when the open finds none, not before every open.
 pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
     let open = || {
         OpenOptions::new()
@@ -198,23 +315,12 @@ pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
     }
 }
 
-/// The file was deleted under us: `NotFound`, or `ESTALE` on NFS.
-fn is_gone(error: &io::Error) -> bool {
-    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ESTALE)
-}
-
 /// Whether `path` still names the open `file` (same device and inode).
 pub(crate) fn names_file(path: &Path, file: &File) -> bool {
     match (fs::metadata(path), file.metadata()) {
         (Ok(named), Ok(open)) => named.dev() == open.dev() && named.ino() == open.ino(),
         _ => false,
     }
-}
-
-fn read_holder(file: &mut File) -> Option<Holder> {
-    let mut text = String::new();
-    file.read_to_string(&mut text).ok()?;
-    serde_json::from_str(&text).ok()
 }
 
 /// This machine's name, as a waiting engine elsewhere will show it. Read once: every key lock records it, and
@@ -299,13 +405,13 @@ fn unescape_octal(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Filesystem types and options under which `flock` is local to one machine.
+/// Filesystem types and options under which byte-range locks (the key lock table's) are local to one machine.
 fn caveat_for(fstype: &str, options: &str) -> Option<String> {
     let has = |option: &str| options.split(',').any(|o| o == option);
     match fstype {
         "nfs" | "nfs4" if has("nolock") => Some(format!("{fstype} mounted `nolock`")),
-        "nfs" | "nfs4" if has("local_lock=flock") || has("local_lock=all") => {
-            Some(format!("{fstype} mounted with local `flock` locks"))
+        "nfs" | "nfs4" if has("local_lock=posix") || has("local_lock=all") => {
+            Some(format!("{fstype} mounted with local byte-range locks"))
         }
         "lustre" if has("localflock") => Some("lustre mounted `localflock`".to_owned()),
         fuse if fuse.starts_with("fuse") => Some(format!("a FUSE filesystem ({fuse})")),
@@ -316,7 +422,7 @@ fn caveat_for(fstype: &str, options: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::BufRead;
+    use std::io::{BufRead, Write};
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
 
@@ -366,10 +472,84 @@ mod tests {
             waiter.join().expect("waiter thread")?,
             "acquired after the release"
         );
-        assert!(
-            !path_of(dir.path(), KEY).exists(),
-            "a released lock leaves no file behind"
+        assert_eq!(
+            locked_slots(dir.path())?,
+            0,
+            "a released lock leaves no byte of the table locked"
         );
+        Ok(())
+    }
+
+    /// How many slots of the table under `locks` another open file holds: what a second engine would find.
+    fn locked_slots(locks: &Path) -> io::Result<usize> {
+        let table = File::open(locks.join(TABLE))?;
+        let mut locked = 0;
+        for slot in 0..SLOTS {
+            // SAFETY: a zeroed `flock` is a valid value of a plain C struct; fcntl writes only into it.
+            let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+            probe.l_type = libc::F_WRLCK as libc::c_short;
+            probe.l_whence = libc::SEEK_SET as libc::c_short;
+            probe.l_start = (slot * SLOT_BYTES) as libc::off_t;
+            probe.l_len = SLOT_BYTES as libc::off_t;
+            // SAFETY: as above; the descriptor is open.
+            if unsafe { libc::fcntl(table.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if probe.l_type != libc::F_UNLCK as libc::c_short {
+                locked += 1;
+            }
+        }
+        Ok(locked)
+    }
+
+    /// A key whose slot is `slot`, with `tail` to tell keys apart.
+    fn key_in_slot(slot: u64, tail: char) -> String {
+        let key = format!("{:016x}{}", slot, tail.to_string().repeat(48));
+        assert_eq!(slot_of(&key), slot % SLOTS);
+        key
+    }
+
+    #[test]
+    fn keys_sharing_a_slot_wait_for_each_other_and_others_do_not() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (first, sharing, elsewhere) = (
+            key_in_slot(7, 'a'),
+            key_in_slot(7 + SLOTS, 'b'),
+            key_in_slot(8, 'a'),
+        );
+        let Attempt::Acquired(lock) = try_acquire(dir.path(), &first, "first")? else {
+            panic!("a free lock is acquired");
+        };
+        let holder = held(try_acquire(dir.path(), &sharing, "sharing")?).expect("holder named");
+        assert_eq!(holder.node, "first");
+        let Attempt::Acquired(other) = try_acquire(dir.path(), &elsewhere, "elsewhere")? else {
+            panic!("a key in another slot is free");
+        };
+        assert_eq!(locked_slots(dir.path())?, 2);
+        drop(lock);
+        let Attempt::Acquired(_sharing) = try_acquire(dir.path(), &sharing, "sharing")? else {
+            panic!("free once the first is released");
+        };
+        drop(other);
+        assert_eq!(locked_slots(dir.path())?, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_holder_too_long_for_its_slot_is_cut_to_fit() -> io::Result<()> {
+        let holder = Holder {
+            pid: 4_000_000,
+            host: "h".repeat(300),
+            since: "2026-12-07T21:00:00.000000Z".into(),
+            node: format!("sweep[{}]", "é".repeat(200)),
+        };
+        let bytes = slot_record(&holder)?;
+        assert_eq!(bytes.len() as u64, SLOT_BYTES);
+        let text = std::str::from_utf8(&bytes).expect("cut at a character boundary");
+        let fitted: Holder = serde_json::from_str(text.trim_end()).expect("still JSON");
+        assert_eq!(fitted.pid, holder.pid);
+        assert!(fitted.node.starts_with("sweep[é") && fitted.node.ends_with('…'));
+        assert!(fitted.host.ends_with('…'));
         Ok(())
     }
 
@@ -415,9 +595,10 @@ mod tests {
 
         child.kill()?;
         child.wait()?;
-        assert!(
-            path_of(dir.path(), KEY).exists(),
-            "a killed holder leaves its file behind"
+        assert_eq!(
+            read_holder(&dir.path().join(TABLE), slot_of(KEY)).map(|h| h.pid),
+            Some(child.id()),
+            "a killed holder's name stays in its slot"
         );
         let Attempt::Acquired(lock) = try_acquire(dir.path(), KEY, "waiter")? else {
             panic!("the dead holder's lock was not released");
@@ -427,22 +608,23 @@ mod tests {
     }
 
     #[test]
-    fn stale_lock_files_go_and_held_ones_stay() -> io::Result<()> {
+    fn gc_removes_the_free_lock_files_of_older_engines_and_keeps_the_table() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
+        let older = |key: &str| dir.path().join(format!("{key}.lock"));
         let other = KEY.replace('0', "f");
-        fs::write(
-            path_of(dir.path(), KEY),
-            b"{\"left\": \"by a dead holder\"}",
-        )?;
-        let Attempt::Acquired(live) = try_acquire(dir.path(), &other, "live")? else {
+        fs::write(older(KEY), b"{\"left\": \"by a dead holder\"}")?;
+        // An older engine still building `other` holds its file.
+        let live = open_lock_file(&older(&other))?;
+        live.lock()?;
+        let Attempt::Acquired(_lock) = try_acquire(dir.path(), KEY, "live")? else {
             panic!("a free lock is acquired");
         };
         let _in_use = InUse::shared(dir.path())?;
         assert_eq!(remove_stale(dir.path())?, 1);
-        assert!(!path_of(dir.path(), KEY).exists());
-        assert!(path_of(dir.path(), &other).exists(), "held: kept");
+        assert!(!older(KEY).exists());
+        assert!(older(&other).exists(), "held: kept");
         assert!(dir.path().join(IN_USE).exists(), "not a key's lock");
-        drop(live);
+        assert!(dir.path().join(TABLE).exists(), "the table stays");
         Ok(())
     }
 
@@ -476,6 +658,8 @@ mod tests {
         let mount = parse_mountinfo(ext4).expect("parsed");
         assert_eq!(caveat_for(&mount.fstype, &mount.options), None);
 
+        assert!(caveat_for("nfs4", "rw,vers=4.2,local_lock=posix").is_some());
+        assert_eq!(caveat_for("nfs4", "rw,vers=4.2,local_lock=flock"), None);
         assert!(caveat_for("fuse.sshfs", "rw,user_id=0").is_some());
         assert!(caveat_for("lustre", "rw,localflock").is_some());
         assert_eq!(caveat_for("lustre", "rw,flock"), None);

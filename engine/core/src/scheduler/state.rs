@@ -35,11 +35,11 @@ use super::launch::{Finished, Launch};
 use super::{Engine, Observer, RunOptions, RunSummary};
 
 /// How soon a node whose key another engine builds tries the lock again; doubled per try, capped at
-/// `MAX_LOCK_POLL`. Each try is an open and a `flock` (a round trip on NFS), so the cap keeps hundreds of
-/// waiting nodes cheap while a waiter still notices a release within a couple of seconds.
+/// `MAX_LOCK_POLL`. Each try is an `fcntl` and a read of the holder's slot (round trips on NFS), so the cap
+/// keeps hundreds of waiting nodes cheap while a waiter still notices a release within a couple of seconds.
 const FIRST_LOCK_POLL: Duration = Duration::from_millis(50);
 const MAX_LOCK_POLL: Duration = Duration::from_secs(2);
-/// A holder writes its name into the lock file just after locking it; a waiter that read the file in between
+/// A holder writes its name into its slot just after locking it; a waiter that read the slot in between
 /// waits this long for the name before announcing the wait without it.
 const UNNAMED_HOLDER_GRACE: Duration = Duration::from_secs(1);
 /// How long the scheduler waits for a finished node before looking at the rest again.
