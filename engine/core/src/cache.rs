@@ -340,11 +340,25 @@ impl Cache {
     /// Its name starts with this engine's owner name (see [`StagingOwner`]), so a later run or `gc` can tell when
     /// the engine that made it is dead.
     ///
-    /// A committed node's emptied directory ([`Cache::recycle_staging`]) is renamed for the next node rather
+    /// A committed node's emptied directory ([`Cache::recycle_staging`]) is handed to the next node rather
     /// than a directory removed and another made: on ext4 without a journal every new inode skips the inodes
     /// deleted in the last minutes, so each directory made and removed per node slowed the nodes after it
-    /// (`bench/chain_latency.sh`).
+    /// (`bench/chain_latency.sh`). It keeps its name, that of the node it was made for (`label` is only a hint
+    /// for whoever looks into `tmp/`): renaming it for each node changed `tmp/`'s entries on every node's path,
+    /// which on ext4 waited for the directory's blocks whenever the committer's `syncfs` was writing them.
     pub fn staging_dir(&self, label: &str) -> io::Result<PathBuf> {
+        let pooled = self
+            .staging_pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        if let Some(pooled) = pooled {
+            // Still our directory, unless someone removed or replaced it meanwhile.
+            if fs::symlink_metadata(&pooled).is_ok_and(|m| m.is_dir()) {
+                return Ok(pooled);
+            }
+            let _ = self.files.remove_dir_all(&pooled);
+        }
         let safe: String = label
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -353,20 +367,9 @@ impl Cache {
         let tmp = self.root.join("tmp");
         self.files.create_dir_all(&tmp)?;
         let owner = StagingOwner::of(&tmp)?;
+        // Only this engine names directories with its owner prefix, and never twice (a random nonce).
         let nonce = blake3::hash(unique_suffix().as_bytes()).to_hex();
         let dir = tmp.join(format!("{owner}.{safe}-{}", &nonce[..16]));
-        let pooled = self
-            .staging_pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        if let Some(pooled) = pooled {
-            // Only this engine names directories with its owner prefix, and never twice (a random nonce).
-            if self.files.rename(&pooled, &dir).is_ok() {
-                return Ok(dir);
-            }
-            let _ = self.files.remove_dir_all(&pooled);
-        }
         // `create_dir`, not `create_dir_all`: should the name ever repeat, this fails instead of sharing a
         // directory with another engine.
         self.files.create_dir(&dir)?;
@@ -1655,10 +1658,10 @@ pub(crate) mod tests {
         Ok(())
     }
 
-    /// A committed node's staging directory comes back to the next node emptied and under the next node's
-    /// name, never shared; what still waits at the end of a run is removed.
+    /// A committed node's staging directory comes back to the next node emptied, never to two nodes at once;
+    /// one removed meanwhile is replaced by a new one; what still waits at the end of a run is removed.
     #[test]
-    fn a_recycled_staging_directory_comes_back_empty_under_a_new_name() -> io::Result<()> {
+    fn a_recycled_staging_directory_comes_back_empty_to_one_node() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let cache = Cache::open(dir.path())?;
         let first = cache.staging_dir("first")?;
@@ -1667,10 +1670,16 @@ pub(crate) mod tests {
         fs::write(first.join("scratch").join("file"), b"y")?;
         cache.recycle_staging(&first);
         let second = cache.staging_dir("second")?;
-        assert!(!first.exists(), "{}", first.display());
-        assert_ne!(first, second);
-        assert!(second.display().to_string().contains(".second-"));
+        assert_eq!(first, second, "the emptied directory is reused as it is");
         assert_eq!(fs::read_dir(&second)?.count(), 0);
+        let beside = cache.staging_dir("beside")?;
+        assert_ne!(beside, second, "a node running meanwhile gets its own");
+        assert!(beside.display().to_string().contains(".beside-"));
+        cache.recycle_staging(&beside);
+        fs::remove_dir(&beside)?;
+        let replaced = cache.staging_dir("replaced")?;
+        assert!(replaced.is_dir() && replaced != beside);
+        fs::remove_dir(&replaced)?;
         cache.recycle_staging(&second);
         assert!(second.is_dir(), "kept for the next node");
         cache.drain_staging_pool();
