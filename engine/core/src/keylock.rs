@@ -572,6 +572,84 @@ mod tests {
         Ok(())
     }
 
+    /// Takes and releases four keys' locks in turn, `FRACFLOW_TEST_CONTEND_ROUNDS` times, marking each key
+    /// held by creating `<key>.held` beside the table while it holds the lock: a marker that already exists is
+    /// another holder of the same key at the same time. Prints how many of those it met.
+    #[test]
+    #[ignore = "helper process for two_processes_never_hold_one_key_at_once"]
+    fn contend_for_four_keys() -> io::Result<()> {
+        let Some(locks) = std::env::var_os("FRACFLOW_TEST_CONTEND_LOCKS") else {
+            return Ok(());
+        };
+        let rounds: usize = std::env::var("FRACFLOW_TEST_CONTEND_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let locks = Path::new(&locks);
+        let (mut taken, mut overlaps) = (0, 0);
+        for round in 0..rounds {
+            let key = key_in_slot(round as u64 % 4, 'c');
+            if let Attempt::Acquired(lock) = try_acquire(locks, &key, "contender")? {
+                taken += 1;
+                let marker = locks.join(format!("{key}.held"));
+                match fs::File::create_new(&marker) {
+                    Ok(_) => {
+                        std::thread::sleep(Duration::from_micros(200));
+                        fs::remove_file(&marker)?;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => overlaps += 1,
+                    Err(e) => return Err(e),
+                }
+                drop(lock);
+            }
+        }
+        println!("fracflow-test: taken {taken} overlaps {overlaps}");
+        io::stdout().flush()
+    }
+
+    #[test]
+    fn two_processes_never_hold_one_key_at_once() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let contender = || {
+            std::process::Command::new(std::env::current_exe()?)
+                .args([
+                    "keylock::tests::contend_for_four_keys",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("FRACFLOW_TEST_CONTEND_LOCKS", dir.path())
+                .env("FRACFLOW_TEST_CONTEND_ROUNDS", "2000")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+        };
+        let children = [contender()?, contender()?];
+        let mut taken = 0;
+        for child in children {
+            let output = child.wait_with_output()?;
+            assert!(output.status.success(), "{output:?}");
+            let text = String::from_utf8_lossy(&output.stdout);
+            let line = text
+                .lines()
+                .find_map(|l| {
+                    l.split_once("fracflow-test: taken ")
+                        .map(|(_, counts)| counts)
+                })
+                .expect("the contender's count");
+            let (count, overlaps) = line.split_once(" overlaps ").expect("two counts");
+            assert_eq!(overlaps, "0", "a key held by both processes at once");
+            taken += count.parse::<usize>().expect("a count");
+        }
+        // Each process took most keys it asked for; the other held the rest at that moment.
+        assert!(
+            taken > 2000,
+            "the locks were taken {taken} times in 4000 tries"
+        );
+        assert_eq!(locked_slots(dir.path())?, 0);
+        Ok(())
+    }
+
     #[test]
     fn a_dead_holder_releases_its_lock() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
