@@ -353,11 +353,15 @@ impl Cache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop();
         if let Some(pooled) = pooled {
-            // Still our directory, unless someone removed or replaced it meanwhile.
-            if fs::symlink_metadata(&pooled).is_ok_and(|m| m.is_dir()) {
-                return Ok(pooled);
+            // Still our directory, unless someone removed or replaced it meanwhile: what stands in its place is
+            // removed as a file, never followed (a link to a directory must not have that directory emptied).
+            match fs::symlink_metadata(&pooled) {
+                Ok(metadata) if metadata.is_dir() => return Ok(pooled),
+                Ok(_) => {
+                    let _ = self.files.remove_file(&pooled);
+                }
+                Err(_) => {}
             }
-            let _ = self.files.remove_dir_all(&pooled);
         }
         let safe: String = label
             .chars()
@@ -1679,7 +1683,18 @@ pub(crate) mod tests {
         fs::remove_dir(&beside)?;
         let replaced = cache.staging_dir("replaced")?;
         assert!(replaced.is_dir() && replaced != beside);
+        // A link put where a pooled directory was is removed, and what it leads to is left alone.
+        let users_dir = dir.path().join("users-dir");
+        fs::create_dir(&users_dir)?;
+        fs::write(users_dir.join("file"), b"keep me")?;
+        cache.recycle_staging(&replaced);
         fs::remove_dir(&replaced)?;
+        std::os::unix::fs::symlink(&users_dir, &replaced)?;
+        let fresh = cache.staging_dir("fresh")?;
+        assert!(fresh.is_dir() && fresh != replaced);
+        assert!(fs::symlink_metadata(&replaced).is_err(), "the link is gone");
+        assert_eq!(fs::read(users_dir.join("file"))?, b"keep me");
+        fs::remove_dir(&fresh)?;
         cache.recycle_staging(&second);
         assert!(second.is_dir(), "kept for the next node");
         cache.drain_staging_pool();
