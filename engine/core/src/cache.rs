@@ -385,6 +385,12 @@ impl Cache {
     /// when that fails or enough wait.
     pub fn recycle_staging(&self, dir: &Path) {
         let emptied = (|| -> io::Result<()> {
+            // A node may have put a link where its folder was: that is removed below, never listed through.
+            if !fs::symlink_metadata(dir)?.is_dir() {
+                return Err(io::Error::other(
+                    "the staging folder is no longer a directory",
+                ));
+            }
             for entry in fs::read_dir(dir)? {
                 let path = entry?.path();
                 let metadata = fs::symlink_metadata(&path)?;
@@ -1735,6 +1741,26 @@ pub(crate) mod tests {
         assert_eq!(fs::read_dir(&fourth)?.count(), 0, "a symlink is not kept");
         assert_eq!(fs::read(&users_file)?, b"keep me");
         cache.drain_staging_pool();
+        Ok(())
+    }
+
+    /// A node that replaced its staging folder by a link (its command knows the path) has the link removed at
+    /// recycling, and what it leads to left alone.
+    #[test]
+    fn a_staging_folder_replaced_by_a_link_is_not_emptied_through_it() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let users_dir = dir.path().join("users-dir");
+        fs::create_dir(&users_dir)?;
+        fs::write(users_dir.join("file"), b"keep me")?;
+        let staging = cache.staging_dir("linked")?;
+        fs::remove_dir(&staging)?;
+        std::os::unix::fs::symlink(&users_dir, &staging)?;
+        cache.recycle_staging(&staging);
+        assert!(fs::symlink_metadata(&staging).is_err(), "the link is gone");
+        assert_eq!(fs::read(users_dir.join("file"))?, b"keep me");
+        let next = cache.staging_dir("next")?;
+        assert!(next.is_dir() && next != staging, "not pooled");
         Ok(())
     }
 

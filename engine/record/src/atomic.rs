@@ -251,7 +251,15 @@ impl Files {
     }
 
     /// Removes `dir` and everything under it, files first; what another remover took meanwhile is no error.
+    /// Links are removed, never followed, `dir` itself included: a link put where a directory was must not
+    /// have the directory it leads to emptied.
     pub fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        match fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(metadata) if !metadata.is_dir() => return not_found_is_ok(self.remove_file(dir)),
+            Ok(_) => {}
+        }
         let listing = match fs::read_dir(dir) {
             Ok(listing) => listing,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -463,6 +471,22 @@ mod tests {
             .publish()?;
         assert_eq!(listing()?, ["manifest.json"]);
         assert_eq!(fs::read(&path)?, large);
+        Ok(())
+    }
+
+    #[test]
+    fn removing_a_link_to_a_directory_leaves_the_directory_alone() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let files = Files::real();
+        let kept = dir.path().join("kept");
+        fs::create_dir(&kept)?;
+        fs::write(kept.join("file"), b"keep me")?;
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&kept, &link)?;
+        files.remove_dir_all(&link)?;
+        assert!(fs::symlink_metadata(&link).is_err(), "the link is removed");
+        assert_eq!(fs::read(kept.join("file"))?, b"keep me");
+        files.remove_dir_all(&link)?;
         Ok(())
     }
 
