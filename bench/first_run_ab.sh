@@ -12,14 +12,7 @@ nodes=${2:-3000}
 rounds=${3:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/bench/peer_graphs.sh"
-command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
-cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
-fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/graph/fracflow/pipelines" "$work/graph/fracflow/hw/testbeds" "$work/graph/ninja" "$work/graph/snakemake"
-printf 'kind: emulated\n' > "$work/graph/fracflow/hw/testbeds/emulated.yaml"
-count=$(generate "$shape" "$nodes" "$work/graph")
+peer_graph_setup "$shape" "$nodes"
 
 # Idle core-seconds so far, all cores (the idle and iowait columns of /proc/stat, in clock ticks).
 idle_ticks() { awk '/^cpu / { print $5 + $6 }' /proc/stat; }

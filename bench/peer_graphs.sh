@@ -46,3 +46,17 @@ open(f"{d}/snakemake/Snakefile", "w").write("\n".join(sm) + "\n")
 print(n)
 PY
 }
+
+# peer_graph_setup SHAPE NODES: for a bench of one graph, with `repo` set: installs ninja when missing, builds
+# fracflow (release), makes `work` (removed on exit) holding the graph under `$work/graph` (fracflow/, ninja/,
+# snakemake/, the fracflow project with its emulated testbed), and sets `fracflow`, `work` and `count` (the nodes).
+peer_graph_setup() { # shape nodes
+  command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
+  cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
+  fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  mkdir -p "$work/graph/fracflow/pipelines" "$work/graph/fracflow/hw/testbeds" "$work/graph/ninja" "$work/graph/snakemake"
+  printf 'kind: emulated\n' > "$work/graph/fracflow/hw/testbeds/emulated.yaml"
+  count=$(generate "$1" "$2" "$work/graph")
+}

@@ -13,14 +13,7 @@ nodes=${2:-1000}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/bench/peer_graphs.sh"
 command -v strace >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace; }
-command -v ninja >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ninja-build; }
-cargo build --release --locked -q -p fracflow-cli --manifest-path "$repo/Cargo.toml"
-fracflow=${CARGO_TARGET_DIR:-$repo/target}/release/fracflow
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/graph/fracflow/pipelines" "$work/graph/fracflow/hw/testbeds" "$work/graph/ninja" "$work/graph/snakemake"
-printf 'kind: emulated\n' > "$work/graph/fracflow/hw/testbeds/emulated.yaml"
-count=$(generate "$shape" "$nodes" "$work/graph")
+peer_graph_setup "$shape" "$nodes"
 
 # traced LABEL COMMAND...: one first run under strace -f in a fresh copy of the label's project.
 traced() {
