@@ -34,7 +34,8 @@
 //! as a warning. A filesystem that refuses byte-range locks altogether makes locking fail; the scheduler then
 //! builds without the key lock and says so. The table is never deleted by fracflow; deleting it by hand while
 //! engines run lets them build one key twice (consistent, only repeated). Engines of versions before the table
-//! locked `<cache>/locks/<key>.lock` files instead; `gc` still removes such files that nobody holds.
+//! locked `<cache>/locks/<key>.lock` files instead; `gc` still removes such files that nobody holds. An older
+//! engine and a newer one on one cache do not exclude each other: they may build a key twice, as above.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
