@@ -38,6 +38,7 @@
 //! engine and a newer one on one cache do not exclude each other: they may build a key twice, as above.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -119,21 +120,15 @@ pub fn try_acquire(locks: &Path, key: &str, node: &str) -> io::Result<Attempt> {
     let slot = slot_of(key);
     let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
     let tables = tables.get_or_insert_with(HashMap::new);
-    if !tables.contains_key(&table_path) {
-        if tables.len() >= KEPT_TABLES {
-            tables.retain(|_, table| !table.held.is_empty());
-        }
-        let file = open_lock_file(&table_path)?;
-        tables.insert(
-            table_path.clone(),
-            OpenTable {
-                file,
-                held: HashMap::new(),
-            },
-        );
+    if tables.len() >= KEPT_TABLES && !tables.contains_key(&table_path) {
+        tables.retain(|_, table| !table.held.is_empty());
     }
-    let Some(table) = tables.get_mut(&table_path) else {
-        return Err(io::Error::other("the key lock table was not kept open"));
+    let table = match tables.entry(table_path.clone()) {
+        Entry::Occupied(open) => open.into_mut(),
+        Entry::Vacant(place) => place.insert(OpenTable {
+            file: open_lock_file(&table_path)?,
+            held: HashMap::new(),
+        }),
     };
     if let Some(holder) = table.held.get(&slot) {
         return Ok(Attempt::Held(Some(holder.clone())));
@@ -177,14 +172,7 @@ impl Drop for KeyLock {
 /// Locks (`F_WRLCK`) or unlocks (`F_UNLCK`) `slot`'s bytes with an OFD lock, without waiting: whether it was
 /// done, `false` when another open file holds a lock on them.
 fn set_lock(file: &File, slot: u64, kind: libc::c_short) -> io::Result<bool> {
-    let start = libc::off_t::try_from(slot * SLOT_BYTES).map_err(io::Error::other)?;
-    let len = libc::off_t::try_from(SLOT_BYTES).map_err(io::Error::other)?;
-    // SAFETY: a zeroed `flock` is a valid value of a plain C struct; `l_pid` must be 0 for OFD locks.
-    let mut request: libc::flock = unsafe { std::mem::zeroed() };
-    request.l_type = kind;
-    request.l_whence = libc::SEEK_SET as libc::c_short;
-    request.l_start = start;
-    request.l_len = len;
+    let request = slot_range(slot, kind)?;
     // SAFETY: fcntl reads the `flock` we own for the duration of the call; the descriptor is open.
     let done = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &request) };
     if done == 0 {
@@ -195,6 +183,38 @@ fn set_lock(file: &File, slot: u64, kind: libc::c_short) -> io::Result<bool> {
         Some(libc::EAGAIN | libc::EACCES) => Ok(false),
         _ => Err(error),
     }
+}
+
+/// An OFD lock request of `kind` over `slot`'s bytes.
+fn slot_range(slot: u64, kind: libc::c_short) -> io::Result<libc::flock> {
+    // SAFETY: a zeroed `flock` is a valid value of a plain C struct; `l_pid` must be 0 for OFD locks.
+    let mut request: libc::flock = unsafe { std::mem::zeroed() };
+    request.l_type = kind;
+    request.l_whence = libc::SEEK_SET as libc::c_short;
+    request.l_start = libc::off_t::try_from(slot * SLOT_BYTES).map_err(io::Error::other)?;
+    request.l_len = libc::off_t::try_from(SLOT_BYTES).map_err(io::Error::other)?;
+    Ok(request)
+}
+
+/// How many slots of the table under `locks` are locked, as another engine would find them (this process's own
+/// locks included: the table is opened anew for the probe). No table is none.
+pub fn held_slots(locks: &Path) -> io::Result<usize> {
+    let table = match File::open(locks.join(TABLE)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        opened => opened?,
+    };
+    let mut held = 0;
+    for slot in 0..SLOTS {
+        let mut probe = slot_range(slot, libc::F_WRLCK as libc::c_short)?;
+        // SAFETY: fcntl writes only into `probe`, which we own; the descriptor is open.
+        if unsafe { libc::fcntl(table.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if probe.l_type != libc::F_UNLCK as libc::c_short {
+            held += 1;
+        }
+    }
+    Ok(held)
 }
 
 /// The slot's bytes for `holder`: its JSON, padded with spaces. A host name longer than POSIX's 64 bytes, then the
@@ -476,33 +496,11 @@ mod tests {
             "acquired after the release"
         );
         assert_eq!(
-            locked_slots(dir.path())?,
+            held_slots(dir.path())?,
             0,
             "a released lock leaves no byte of the table locked"
         );
         Ok(())
-    }
-
-    /// How many slots of the table under `locks` another open file holds: what a second engine would find.
-    fn locked_slots(locks: &Path) -> io::Result<usize> {
-        let table = File::open(locks.join(TABLE))?;
-        let mut locked = 0;
-        for slot in 0..SLOTS {
-            // SAFETY: a zeroed `flock` is a valid value of a plain C struct; fcntl writes only into it.
-            let mut probe: libc::flock = unsafe { std::mem::zeroed() };
-            probe.l_type = libc::F_WRLCK as libc::c_short;
-            probe.l_whence = libc::SEEK_SET as libc::c_short;
-            probe.l_start = (slot * SLOT_BYTES) as libc::off_t;
-            probe.l_len = SLOT_BYTES as libc::off_t;
-            // SAFETY: as above; the descriptor is open.
-            if unsafe { libc::fcntl(table.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if probe.l_type != libc::F_UNLCK as libc::c_short {
-                locked += 1;
-            }
-        }
-        Ok(locked)
     }
 
     /// A key whose slot is `slot`, with `tail` to tell keys apart.
@@ -528,13 +526,13 @@ mod tests {
         let Attempt::Acquired(other) = try_acquire(dir.path(), &elsewhere, "elsewhere")? else {
             panic!("a key in another slot is free");
         };
-        assert_eq!(locked_slots(dir.path())?, 2);
+        assert_eq!(held_slots(dir.path())?, 2);
         drop(lock);
         let Attempt::Acquired(_sharing) = try_acquire(dir.path(), &sharing, "sharing")? else {
             panic!("free once the first is released");
         };
         drop(other);
-        assert_eq!(locked_slots(dir.path())?, 1);
+        assert_eq!(held_slots(dir.path())?, 1);
         Ok(())
     }
 
@@ -647,7 +645,7 @@ mod tests {
             taken > 2000,
             "the locks were taken {taken} times in 4000 tries"
         );
-        assert_eq!(locked_slots(dir.path())?, 0);
+        assert_eq!(held_slots(dir.path())?, 0);
         Ok(())
     }
 
