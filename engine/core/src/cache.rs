@@ -353,15 +353,12 @@ impl Cache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop();
         if let Some(pooled) = pooled {
-            // Still our directory, unless someone removed or replaced it meanwhile: what stands in its place is
-            // removed as a file, never followed (a link to a directory must not have that directory emptied).
-            match fs::symlink_metadata(&pooled) {
-                Ok(metadata) if metadata.is_dir() => return Ok(pooled),
-                Ok(_) => {
-                    let _ = self.files.remove_file(&pooled);
-                }
-                Err(_) => {}
+            // Still our directory, unless someone removed or replaced it meanwhile; what stands in its place goes
+            // (a link removed as a file, never followed).
+            if fs::symlink_metadata(&pooled).is_ok_and(|m| m.is_dir()) {
+                return Ok(pooled);
             }
+            let _ = self.files.remove_dir_all(&pooled);
         }
         let safe: String = label
             .chars()
