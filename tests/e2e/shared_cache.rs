@@ -330,3 +330,27 @@ fn an_engine_killed_while_building_a_key_does_not_block_the_other() {
     );
     assert_verifies_clean(&second, &shared);
 }
+
+/// A cache whose key lock table cannot be opened (here a directory stands at its name) still builds: the run
+/// says once that it builds without per-key locks, and why, and every node is built.
+#[test]
+fn a_key_lock_table_that_cannot_be_opened_is_reported_and_the_run_builds() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "pipelines/unlocked.yaml",
+        "pipeline: unlocked\nnodes:\n  a:\n    kind: command\n    outputs: [o]\n    run: echo a > \"$FRACFLOW_OUT/o\"\n  \
+         b:\n    kind: command\n    outputs: [o]\n    run: echo b > \"$FRACFLOW_OUT/o\"\n",
+    );
+    std::fs::create_dir_all(sandbox.path().join(".fracflow/cache/locks/keys.table"))
+        .expect("a directory where the table goes");
+    let output = sandbox.run(&["run", "unlocked"]);
+    let shown = text(&output);
+    assert!(output.status.success(), "{shown}");
+    assert!(shown.contains("2 built"), "{shown}");
+    assert_eq!(
+        shown.matches("cannot lock keys in ").count(),
+        1,
+        "one warning: {shown}"
+    );
+    assert!(shown.contains("building without per-key locks"), "{shown}");
+}
