@@ -49,7 +49,7 @@ use crate::run::RunDir;
 use crate::spec::{NodeSpec, Resource};
 use crate::statcache::StatCache;
 
-use commit::{Committed, Work};
+use commit::{CommitQueue, Committed, Work};
 use launch::Finished;
 use state::{Next, Run};
 use workers::Workers;
@@ -178,17 +178,17 @@ pub fn run(
     cancel: &Cancel,
 ) -> std::io::Result<RunSummary> {
     let (to_commit, queue) = mpsc::channel::<Work>();
-    let mut run = Run::start(engine, graph, targets, options, cancel, run_dir, observer)?
-        .with_committer(to_commit);
+    let mut run = Run::start(engine, graph, targets, options, cancel, run_dir, observer)?;
     let identity = run.identity();
     let (sender, receiver) = mpsc::channel();
     std::thread::scope(|scope| -> std::io::Result<()> {
         let committed = sender.clone();
-        scope.spawn(move || {
+        let committer = scope.spawn(move || {
             commit::committer(engine.cache, queue, commit::GROUP_WINDOW, &mut |group| {
                 let _ = committed.send(Message::Committed(group));
             });
         });
+        run.set_committer(CommitQueue::new(to_commit, committer.thread().clone()));
         // Dropped when the driver returns, however it returns, so that the scope's join finds them ending.
         let workers = Workers::new(scope);
         let identity = &identity;

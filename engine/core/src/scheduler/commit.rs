@@ -54,9 +54,47 @@ pub(super) struct Committed {
     pub seconds: f64,
 }
 
+/// The committer's end of its queue as the scheduler holds it: sending never wakes the committer while it
+/// gathers a group (see [`committer`]), and closing the queue does, so that it commits what it holds at once.
+#[derive(Debug)]
+pub(super) struct CommitQueue {
+    sender: Option<mpsc::Sender<Work>>,
+    committer: std::thread::Thread,
+}
+
+impl CommitQueue {
+    /// The queue `sender` feeds, read by `committer` (the thread running [`committer`]).
+    pub fn new(sender: mpsc::Sender<Work>, committer: std::thread::Thread) -> CommitQueue {
+        CommitQueue {
+            sender: Some(sender),
+            committer,
+        }
+    }
+
+    pub fn send(&self, work: Work) -> Result<(), mpsc::SendError<Work>> {
+        match &self.sender {
+            Some(sender) => sender.send(work),
+            None => Err(mpsc::SendError(work)),
+        }
+    }
+}
+
+impl Drop for CommitQueue {
+    /// Closes the queue, then wakes the committer, which finds it closed and stops gathering.
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        self.committer.unpark();
+    }
+}
+
 /// Commits what arrives on `queue` in groups until the queue closes, and hands each group's outcome to
 /// `done`; writes the newest manifest checkpoint after each group. A group is what arrives until `window`
 /// after its first item ([`GROUP_WINDOW`] in a run), or until the queue closes.
+///
+/// While it gathers, the committer sleeps parked, not blocked on the queue: a send to a blocked receiver wakes
+/// it, and in a fast fan-in's first run that was one wake-up of this thread (and a futex call of the sender)
+/// for nearly every node (`strace -f`: 2 386 futex waits of the committer in 3 000 nodes). Parked, it wakes
+/// once at the window's end; [`CommitQueue`]'s closing unparks it.
 pub(super) fn committer(
     cache: &Cache,
     queue: mpsc::Receiver<Work>,
@@ -64,19 +102,24 @@ pub(super) fn committer(
     done: &mut dyn FnMut(Vec<Committed>),
 ) {
     while let Ok(first) = queue.recv() {
+        let mut gathered = vec![first];
+        let gathering_ends = Instant::now() + window;
+        loop {
+            let open = take_waiting(&queue, &mut gathered);
+            let left = gathering_ends.saturating_duration_since(Instant::now());
+            // A closed queue or the window's end ends the gathering; what is gathered is committed either way.
+            if !open || left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left);
+        }
         let mut group = Vec::new();
         let mut manifest = None;
-        let gathering_ends = Instant::now() + window;
-        let mut next = Some(first);
-        while let Some(work) = next {
+        for work in gathered {
             match work {
                 Work::Commit(item) => group.push(*item),
                 Work::Manifest(checkpoint) => manifest = Some(checkpoint),
             }
-            // A closed queue or an empty window ends the gathering; what is gathered is committed either way.
-            next = queue
-                .recv_timeout(gathering_ends.saturating_duration_since(Instant::now()))
-                .ok();
         }
         if !group.is_empty() {
             done(commit_group(cache, group));
@@ -87,6 +130,17 @@ pub(super) fn committer(
         }
     }
     cache.drain_staging_pool();
+}
+
+/// Moves what waits on `queue` into `gathered`; `false` once the queue is closed.
+fn take_waiting(queue: &mpsc::Receiver<Work>, gathered: &mut Vec<Work>) -> bool {
+    loop {
+        match queue.try_recv() {
+            Ok(work) => gathered.push(work),
+            Err(mpsc::TryRecvError::Empty) => return true,
+            Err(mpsc::TryRecvError::Disconnected) => return false,
+        }
+    }
 }
 
 fn commit_group(cache: &Cache, group: Vec<ToCommit>) -> Vec<Committed> {
@@ -165,6 +219,7 @@ mod tests {
                     groups.push(group.iter().map(|c| c.result.is_ok()).collect());
                 });
             });
+            let queue = CommitQueue::new(queue, committing.thread().clone());
             let send = |item| queue.send(Work::Commit(item)).map_err(io::Error::other);
             send(to_commit(cache, 1)?)?;
             std::thread::sleep(Duration::from_millis(100));

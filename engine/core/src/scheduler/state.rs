@@ -30,7 +30,7 @@ use crate::keylock::{self, Attempt, Holder, InUse, KeyLock};
 use crate::run::{RunDir, now_rfc3339};
 use crate::spec::{NodeSpec, Resource};
 
-use super::commit::{Committed, ToCommit, Work};
+use super::commit::{CommitQueue, Committed, ToCommit, Work};
 use super::launch::{Finished, Launch};
 use super::{Engine, Observer, RunOptions, RunSummary};
 
@@ -187,7 +187,7 @@ pub(super) struct Run<'a> {
     /// Staged results the committer has not published yet: the run ends only once it has.
     committing: usize,
     /// The committer's queue: staged results and manifest checkpoints. Closed before the run ends.
-    committer: Option<std::sync::mpsc::Sender<Work>>,
+    committer: Option<CommitQueue>,
     summary: RunSummary,
     started: Instant,
     locks: PathBuf,
@@ -626,9 +626,8 @@ impl<'a> Run<'a> {
     }
 
     /// Where staged results and manifest checkpoints go from now on.
-    pub fn with_committer(mut self, queue: std::sync::mpsc::Sender<Work>) -> Run<'a> {
+    pub fn set_committer(&mut self, queue: CommitQueue) {
         self.committer = Some(queue);
-        self
     }
 
     fn hand_to_committer(&mut self, work: Work) -> io::Result<()> {
