@@ -14,6 +14,10 @@
 //! with `stats: metrics` reads as one row; the kind names it in `implied_outputs`, and the loader adds it to the
 //! node's outputs.
 //!
+//! The node's log gets the command's stderr as it comes. Its stdout goes there too as it comes when nothing
+//! reads it (no `require`, no `metrics`); otherwise it is captured, and appended after a `--- stdout ---` line
+//! once the command ended.
+//!
 //! With `effect: true` the node is a lazy effect (a device set-up step: program, reboot, load a driver): never
 //! cached, and run only when a node depending on it runs (see `fracflow_core::scheduler`). Its `check` (run by
 //! the loader before anything starts) makes sure it declares no outputs, metrics or labels.
@@ -476,7 +480,15 @@ impl Executor for CommandKind {
             timeout: spec.timeout,
             grace: Grace::default(),
         };
-        let finished = process::run(&spawn, job.cancel).map_err(|e| {
+        // What the command prints is read only for `require` and `metrics`; otherwise it goes to the log as it
+        // comes, interleaved with stderr.
+        let reads_stdout = !config.require.is_empty() || !config.metrics.is_empty();
+        let finished = if reads_stdout {
+            process::run(&spawn, job.cancel)
+        } else {
+            process::run_to_log(&spawn, job.cancel)
+        };
+        let finished = finished.map_err(|e| {
             NodeError::permanent(format!(
                 "node `{}`: cannot run {}: {e}",
                 spec.id,
@@ -484,7 +496,7 @@ impl Executor for CommandKind {
             ))
         })?;
         let captured = String::from_utf8_lossy(&finished.stdout);
-        // The log holds stderr as it happened, then stdout, so one file tells the whole story.
+        // The log holds stderr as it happened, then the stdout that was read, so one file tells the whole story.
         if !captured.is_empty() {
             let appended = fs::OpenOptions::new()
                 .append(true)
@@ -964,6 +976,34 @@ mod tests {
             "not a plain file of the staging directory's own"
         );
         assert_eq!(fs::read_to_string(&target).ok().as_deref(), Some("keep me"));
+    }
+
+    /// A node that reads nothing of its stdout has it in its log as it came, between its stderr lines; one with
+    /// `metrics` has it captured, and appended after its stderr once it ended.
+    #[test]
+    fn stdout_goes_to_the_log_as_it_comes_unless_a_metric_reads_it() {
+        let (result, dir) = run_node(serde_json::json!({
+            "run": "echo out1; echo err1 >&2; echo out2",
+        }));
+        result.expect("the node succeeds");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("node.log"))
+                .ok()
+                .as_deref(),
+            Some("out1\nerr1\nout2\n")
+        );
+        let (result, dir) = run_node(serde_json::json!({
+            "run": "echo speed: 9.5; echo err1 >&2",
+            "metrics": {"speed": {"regex": "speed: (\\S+)"}},
+        }));
+        let outcome = result.expect("the node succeeds");
+        assert_eq!(outcome.metrics.get("speed"), Some(&serde_json::json!(9.5)));
+        assert_eq!(
+            fs::read_to_string(dir.path().join("node.log"))
+                .ok()
+                .as_deref(),
+            Some("err1\n--- stdout ---\nspeed: 9.5\n")
+        );
     }
 
     #[test]
