@@ -1,7 +1,10 @@
-//! The content-addressed cache: output blobs by hash, one entry per key, a pointer per node for `why` and ETAs.
+//! The content-addressed cache: output blobs by hash, one entry per key, a pointer per node for `why` and ETAs
+//! (kept in per-engine journals, see `pointers`).
 //!
 //! Layout under the cache directory:
-//! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/<blake3 of node id>.json`,
+//! `blobs/ab/cdef…` (read-only content), `entries/ab/<key>.json`, `nodes/` (each engine's pointer journal,
+//! `<owner>.jsonl`, appended unsynced, and the snapshot the journals of dead engines are folded into,
+//! `pointers.json`; `<blake3 of node id>.json` from older engines),
 //! `tmp/` (staging, each directory named after the engine that owns it; see `Cache::remove_dead_staging`),
 //! `stat.json` (the stat cache), `index.msgpack` (what each entry serves a run, a copy that is checked before use:
 //! see `hitindex`), `locks/` (see `keylock`). Every file is published by temp → fsync → rename,
@@ -27,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::fingerprint::Fingerprint;
 use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
+use crate::pointers::{self, Pointers};
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
 use crate::statcache::hash_and_size;
 use crate::storedir::StoreDir;
@@ -37,9 +41,6 @@ use fracflow_record::{Digest, FORMAT_VERSION, Files, Publish, unique_suffix};
 /// in-use lock, so this age is a second guard, for filesystems whose locks do not reach other machines (see
 /// `keylock`): there, a live engine elsewhere is invisible to the lock.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// How many past durations a node pointer keeps for estimates.
-const DURATION_HISTORY: usize = 9;
 
 /// A node's output files by name.
 pub type Outputs = fracflow_record::SortedMap<BlobRef>;
@@ -166,6 +167,8 @@ pub struct Cache {
     files: Files,
     /// Emptied staging directories of committed nodes, handed to the next nodes (see [`Cache::staging_dir`]).
     staging_pool: Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// Each node's newest key and recent durations (see `pointers`).
+    pointers: Arc<Pointers>,
     /// Whether one `syncfs` of the cache's filesystem is as durable as syncing each file and directory (see
     /// [`FileOps::sync_fs_is_durable`]): then a batch of several results is committed with three of them.
     syncfs_is_durable: bool,
@@ -259,6 +262,7 @@ impl Cache {
             blob_store: Arc::new(StoreDir::new(root.join("blobs"))),
             remote: None,
             syncfs_is_durable: files.sync_fs_is_durable(root),
+            pointers: Arc::new(Pointers::new(root.join("nodes"), files.clone())),
             files,
             staging_pool: Arc::default(),
         })
@@ -297,6 +301,7 @@ impl Cache {
     /// a read-only cache still serves hits).
     pub fn in_use(&self) -> io::Result<InUse> {
         let in_use = InUse::shared(&self.locks_dir())?;
+        let _ = self.fold_pointers(None);
         let _ = self.remove_dead_staging();
         Ok(in_use)
     }
@@ -692,7 +697,7 @@ impl Cache {
         if let Ok(metadata) = fs::metadata(&entry_path) {
             self.index.insert(EntryIdentity::of(&metadata), entry.hit());
         }
-        self.record_pointer(&entry.node, &entry.key, entry.seconds)
+        self.record_pointers(&[(&entry.node, entry.key, entry.seconds)])
     }
 
     /// Queues `entry`, just built here by a node of `kind`, for upload to the remote tier, if there is one
@@ -934,7 +939,7 @@ impl Cache {
                 items.iter().map(|_| Ok(())).collect()
             }
         };
-        items
+        let mut results: Vec<io::Result<CacheEntry>> = items
             .into_iter()
             .zip(synced)
             .zip(temporaries)
@@ -948,10 +953,22 @@ impl Cache {
                 if let Ok(metadata) = fs::metadata(&entry_path) {
                     self.index.insert(EntryIdentity::of(&metadata), entry.hit());
                 }
-                self.record_pointer(&entry.node, &entry.key, entry.seconds)?;
                 Ok(entry)
             })
-            .collect()
+            .collect();
+        let committed: Vec<(&str, Digest, f64)> = results
+            .iter()
+            .flatten()
+            .map(|entry| (entry.node.as_str(), entry.key, entry.seconds))
+            .collect();
+        if let Err(error) = self.record_pointers(&committed) {
+            for result in &mut results {
+                if result.is_ok() {
+                    *result = Err(io::Error::new(error.kind(), error.to_string()));
+                }
+            }
+        }
+        results
     }
 
     /// Publishes a node's result at once: [`Cache::stage`], then [`Cache::commit`] of it alone. The staging
@@ -1140,24 +1157,28 @@ impl Cache {
             .collect()
     }
 
-    /// Points `node`'s pointer at `key` and adds a duration to its estimates.
-    fn record_pointer(&self, node: &str, key: &Digest, seconds: f64) -> io::Result<()> {
-        // A read-modify-write that a concurrent engine may undo: at worst one duration is lost from an estimate.
-        let mut pointer = self.pointer(node).unwrap_or_default();
-        pointer.node = node.to_owned();
-        pointer.latest_key = *key;
-        pointer.durations.push(seconds);
-        let excess = pointer.durations.len().saturating_sub(DURATION_HISTORY);
-        pointer.durations.drain(..excess);
-        // The pointer only serves `why` and estimates: replaced atomically, but not worth an fsync per node.
-        let bytes = serde_json::to_vec(&pointer).map_err(io::Error::other)?;
-        self.files
-            .publish(&self.pointer_path(node), &bytes, Publish::Unsynced)
+    /// Records each committed `(node, key, seconds)` in this engine's pointer journal (see `pointers`).
+    fn record_pointers(&self, committed: &[(&str, Digest, f64)]) -> io::Result<()> {
+        self.pointers
+            .record(|| StagingOwner::of(&self.root.join("tmp")), committed)
     }
 
     pub fn pointer(&self, node: &str) -> Option<NodePointer> {
-        let bytes = fs::read(self.pointer_path(node)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        self.pointers.get(node, || self.pointer_path(node))
+    }
+
+    /// Folds the pointer journals of dead engines into the snapshot; with `keep`, drops the pointers whose
+    /// newest key it refuses.
+    fn fold_pointers(&self, keep: Option<&dyn Fn(&Digest) -> bool>) -> io::Result<usize> {
+        let tmp = self.root.join("tmp");
+        self.pointers.fold(
+            &self.locks_dir().join("pointers.folding"),
+            |owner| {
+                StagingOwner::lock_if_dead(&tmp.join(format!("{owner}.lock")))
+                    .is_ok_and(|dead| dead.is_some())
+            },
+            keep,
+        )
     }
 
     /// The newest entry stored for a node id, whatever its key.
@@ -1327,9 +1348,11 @@ impl Cache {
                 report.blobs_removed += 1;
             }
         }
+        self.fold_pointers(Some(&|key| kept.contains(key)))?;
+        // Pointer files of engines from before the journals.
         for path in files_under(&self.root.join("nodes"))?
             .into_iter()
-            .filter(|p| !is_part(p))
+            .filter(|p| !is_part(p) && pointers::is_legacy_file(p))
         {
             let pointer = fs::read(&path)
                 .ok()
@@ -1823,6 +1846,50 @@ pub(crate) mod tests {
         let second = dead_owner(&cache, "fracflow-0000000000000002", &host)?;
         let _run = cache.in_use()?;
         assert!(!second.exists(), "a run's start sweeps too");
+        Ok(())
+    }
+
+    /// A committed node's pointer is read back by a later command on the cache; a run's start folds the journal
+    /// of a dead engine into the snapshot, and `gc` drops the pointers whose entries it removed.
+    #[test]
+    fn pointers_are_read_back_folded_at_a_runs_start_and_dropped_with_their_entries()
+    -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let (staged, _) = stage_value(&cache, 1)?;
+        let kept = staged.entry.key;
+        cache
+            .commit(vec![staged])
+            .into_iter()
+            .next()
+            .expect("one result")?;
+        assert_eq!(
+            Cache::open(dir.path())?
+                .pointer("node-1")
+                .map(|p| p.latest_key),
+            Some(kept)
+        );
+        // A dead engine's journal: its owner has no lock file left.
+        let gone = Digest::from_bytes([7; 32]);
+        let journal = dir.path().join("nodes/fracflow-00000000000000aa.jsonl");
+        fs::write(
+            &journal,
+            format!(
+                "{{\"node\":\"node-1\",\"key\":\"{kept}\",\"seconds\":0.5}}\n{{\"node\":\"gone\",\"key\":\"{gone}\",\"seconds\":1.0}}\n"
+            ),
+        )?;
+        drop(cache.in_use()?);
+        assert!(
+            !journal.exists(),
+            "a run's start folds a dead engine's journal"
+        );
+        assert!(dir.path().join("nodes/pointers.json").exists());
+        let read = Cache::open(dir.path())?;
+        assert_eq!(read.pointer("gone").map(|p| p.latest_key), Some(gone));
+        read.gc(&HashSet::from([kept]), Duration::ZERO)?;
+        let read = Cache::open(dir.path())?;
+        assert!(read.pointer("gone").is_none(), "its entry never existed");
+        assert_eq!(read.pointer("node-1").map(|p| p.latest_key), Some(kept));
         Ok(())
     }
 

@@ -11,6 +11,7 @@ mod hitindex;
 pub mod keylock;
 pub mod lock;
 pub mod plan;
+mod pointers;
 pub mod remote;
 pub mod run;
 pub mod scheduler;
