@@ -1,7 +1,8 @@
 //! The node pointers: each node's newest key and its recent durations, which `why`, `plan`'s changes and the
 //! estimates read. They live in `<cache>/nodes/`: each engine appends one line per node it commits to a journal
 //! of its own (`<owner>.jsonl`, named after its staging owner, see `Cache::remove_dead_staging`), and the
-//! journals of dead engines are folded into one snapshot (`pointers.json`) when a run starts and by `gc`.
+//! journals of dead engines are folded into one snapshot (`pointers.json`) when a run starts, once they are many
+//! or large beside it, and by `gc`.
 //!
 //! Why not a file per node, as before: writing a node's pointer was a read of the old one, a temporary
 //! created, written, closed and renamed over it, and a directory with one more name; in a 3 000-node fan-in's
@@ -12,7 +13,7 @@
 //! journal's last line, which readers skip, and costs an estimate a duration. Each engine writes only its own
 //! journal, so lines of two engines never interleave, even on a filesystem shared between hosts; one folder at a
 //! time (a lock on `locks/pointers.folding`) rewrites the snapshot. Pointer files of engines from before the
-//! journals are still read, for a node none of the journals names.
+//! journals are read for a node none of the journals names, and folded into the snapshot by the next fold.
 
 use std::collections::HashMap;
 use std::fs;
@@ -28,6 +29,12 @@ use crate::cache::NodePointer;
 
 /// How many durations a pointer keeps: the estimates are their median.
 pub(crate) const DURATION_HISTORY: usize = 9;
+
+/// A run's start folds the dead engines' journals once there are this many...
+const FOLD_AT_JOURNALS: usize = 64;
+
+/// ...or once they hold this fraction of the snapshot's bytes (a fresh snapshot is written at once).
+const FOLD_AT_FRACTION: f64 = 0.25;
 
 /// The snapshot's name in `nodes/`.
 const SNAPSHOT: &str = "pointers.json";
@@ -161,10 +168,12 @@ impl Pointers {
         loaded
     }
 
-    /// Folds the journals of dead engines (`is_dead` of the owner a journal is named after) into the snapshot
-    /// and removes them; answers how many. Skipped, answering 0, while another engine folds (`lock`, a file
-    /// locked for the folding). Then, when `keep` is given, drops the pointers whose newest key it refuses
-    /// (`gc`, after removing entries).
+    /// Folds the journals of dead engines (`is_dead` of the owner a journal is named after), and the pointer
+    /// files of engines from before the journals, into the snapshot and removes them; answers how many journals.
+    /// Skipped, answering 0, while another engine folds (`lock`, a file locked for the folding), and while the
+    /// dead journals are few and small beside the snapshot ([`FOLD_AT_JOURNALS`], [`FOLD_AT_FRACTION`]): a run's
+    /// start would otherwise rewrite every pointer after each run that built a node. With `keep` (`gc`, after
+    /// removing entries) it always folds, and drops the pointers whose newest key `keep` refuses.
     pub fn fold(
         &self,
         lock: &Path,
@@ -182,22 +191,42 @@ impl Pointers {
             Err(fs::TryLockError::Error(e)) => return Err(e),
         }
         let mut dead = Vec::new();
+        let mut dead_bytes = 0;
+        let mut legacy = Vec::new();
         for item in fs::read_dir(&self.dir)?.flatten() {
+            let path = item.path();
             let name = item.file_name();
             let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(JOURNAL_SUFFIX)) else {
+                if is_legacy_file(&path) {
+                    legacy.push(path);
+                }
                 continue;
             };
             if is_dead(owner) {
-                let modified = item.metadata().and_then(|m| m.modified()).ok();
-                dead.push((modified, item.path()));
+                let metadata = item.metadata().ok();
+                dead_bytes += metadata.as_ref().map_or(0, fs::Metadata::len);
+                dead.push((metadata.and_then(|m| m.modified().ok()), path));
             }
         }
-        if dead.is_empty() && keep.is_none() {
+        let snapshot_path = self.dir.join(SNAPSHOT);
+        let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
+        let worth_it = dead.len() >= FOLD_AT_JOURNALS
+            || (!dead.is_empty() && dead_bytes as f64 >= snapshot_bytes as f64 * FOLD_AT_FRACTION)
+            || !legacy.is_empty();
+        if keep.is_none() && !worth_it {
             return Ok(0);
         }
         dead.sort();
-        let snapshot_path = self.dir.join(SNAPSHOT);
         let mut pointers = read_snapshot(&snapshot_path);
+        // Older than any journal: the snapshot's pointer of a node wins over its file.
+        for path in &legacy {
+            if let Some(pointer) = fs::read(path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<NodePointer>(&bytes).ok())
+            {
+                pointers.entry(pointer.node.clone()).or_insert(pointer);
+            }
+        }
         for (_, journal) in &dead {
             read_journal(journal, &mut pointers);
         }
@@ -213,8 +242,8 @@ impl Pointers {
         // their durations in an estimate's median, never loses a key.
         self.files
             .publish(&snapshot_path, &bytes, Publish::Unsynced)?;
-        for (_, journal) in &dead {
-            self.files.remove_file(journal)?;
+        for path in dead.iter().map(|(_, journal)| journal).chain(&legacy) {
+            self.files.remove_file(path)?;
         }
         Ok(dead.len())
     }
@@ -350,6 +379,66 @@ mod tests {
         let read = pointers(dir.path());
         assert!(read.get("a", || dir.path().join("none")).is_none());
         assert!(read.get("b", || dir.path().join("none")).is_some());
+        Ok(())
+    }
+
+    /// A dead journal small beside the snapshot waits for more (a run's start would rewrite every pointer after
+    /// each run), until `gc` folds it; pointer files of older engines go into the snapshot at the next fold, the
+    /// snapshot's pointer of a node winning over its file.
+    #[test]
+    fn a_small_journal_waits_and_older_pointer_files_are_folded_in() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let lock = dir.path().join("pointers.folding");
+        let many: Vec<(String, Digest, f64)> = (0..100)
+            .map(|i| (format!("node-{i}"), key(1), 1.0))
+            .collect();
+        let many: Vec<(&str, Digest, f64)> =
+            many.iter().map(|(n, k, s)| (n.as_str(), *k, *s)).collect();
+        pointers(dir.path()).record(|| Ok("fracflow-first".into()), &many)?;
+        assert_eq!(pointers(dir.path()).fold(&lock, |_| true, None)?, 1);
+        pointers(dir.path()).record(|| Ok("fracflow-small".into()), &[("node-1", key(2), 2.0)])?;
+        assert_eq!(
+            pointers(dir.path()).fold(&lock, |_| true, None)?,
+            0,
+            "too small to fold yet"
+        );
+        assert_eq!(
+            pointers(dir.path())
+                .get("node-1", || dir.path().join("none"))
+                .map(|p| p.latest_key),
+            Some(key(2)),
+            "read from the journal meanwhile"
+        );
+        assert_eq!(
+            pointers(dir.path()).fold(&lock, |_| true, Some(&|_| true))?,
+            1,
+            "gc folds it"
+        );
+        // Older engines' files: one for a node the snapshot knows (the snapshot wins), one for a new node.
+        for (file, node, byte) in [("aa.json", "node-1", 8), ("bb.json", "older", 9)] {
+            let pointer = NodePointer {
+                node: node.into(),
+                latest_key: key(byte),
+                durations: vec![0.5],
+            };
+            fs::write(
+                dir.path().join(file),
+                serde_json::to_vec(&pointer).map_err(io::Error::other)?,
+            )?;
+        }
+        pointers(dir.path()).fold(&lock, |_| false, None)?;
+        assert!(!dir.path().join("aa.json").exists() && !dir.path().join("bb.json").exists());
+        let read = pointers(dir.path());
+        assert_eq!(
+            read.get("node-1", || dir.path().join("none"))
+                .map(|p| p.latest_key),
+            Some(key(2))
+        );
+        assert_eq!(
+            read.get("older", || dir.path().join("none"))
+                .map(|p| p.latest_key),
+            Some(key(9))
+        );
         Ok(())
     }
 
