@@ -1,8 +1,8 @@
 //! The node pointers: each node's newest key and its recent durations, which `why`, `plan`'s changes and the
 //! estimates read. They live in `<cache>/nodes/`: each engine appends one line per node it commits to a journal
 //! of its own (`<owner>.jsonl`, named after its staging owner, see `Cache::remove_dead_staging`), and the
-//! journals of dead engines are folded into one snapshot (`pointers.json`) when a run starts, once they are many
-//! or large beside it, and by `gc`.
+//! journals of dead engines are folded into one snapshot (`pointers.json`) before `fracflow run` loads its
+//! pipeline, once they are many or large beside it, and by `gc`.
 //!
 //! Why not a file per node, as before: writing a node's pointer was a read of the old one, a temporary
 //! created, written, closed and renamed over it, and a directory with one more name; in a 3 000-node fan-in's

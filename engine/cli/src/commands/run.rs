@@ -46,6 +46,8 @@ pub fn run(project: &Project, args: &RunArgs) -> Result<Exit> {
     // `git status` walks the work tree: it runs while the pipeline loads instead of after.
     let git_root = project.root.clone();
     let git = std::thread::spawn(move || fracflow_executors::host::git_state(&git_root));
+    // Best effort: a cache that cannot be written is reported below, before any node starts.
+    let _ = project.cache.fold_pointer_journals();
     let (loaded, targets) = project.load(select)?;
     let testbed = project.testbed()?;
     if let Some(dir) = &args.resume {
