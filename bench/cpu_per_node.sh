@@ -27,27 +27,14 @@ counted() {
     "$work/stat"
 }
 
-labels=(ninja fracflow)
-[ -n "${BASE:-}" ] && labels+=(base)
 declare -A cpus switches
 printf '%s of %s nodes, first run, %s rounds, --jobs 2 / -j2; TMPDIR=%s (%s)\n' "$shape" "$count" "$rounds" \
   "${TMPDIR:-/tmp}" "$(stat -f -c %T "${TMPDIR:-/tmp}")"
-for ((r = 1; r <= rounds; r++)); do
-  order=("${labels[@]:$(((r - 1) % ${#labels[@]}))}" "${labels[@]:0:$(((r - 1) % ${#labels[@]}))}")
-  for label in "${order[@]}"; do
-    case $label in
-      ninja) result=$(counted "$r" ninja ninja -j2) ;;
-      fracflow) result=$(counted "$r" fracflow "$fracflow" run bench --jobs 2) ;;
-      base) result=$(counted "$r" base "$BASE" run bench --jobs 2) ;;
-    esac
-    cpus[$label]+="${result% *} "
-    switches[$label]+="${result#* } "
-  done
-done
-median() { printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END { printf "%.1f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-for label in "${labels[@]}"; do
-  cpu=$(median "${cpus[$label]}")
-  cs=$(median "${switches[$label]}")
+record() { cpus[$1]+="${2% *} "; switches[$1]+="${2#* } "; }
+peer_rounds "$rounds" counted record
+for label in "${peer_labels[@]}"; do
+  cpu=$(median %.1f ${cpus[$label]})
+  cs=$(median %.1f ${switches[$label]})
   printf '%-9s CPU ms: %s median %s (%s µs a node); context switches: %s median %s (%s a node)\n' "$label" \
     "${cpus[$label]}" "$cpu" "$(awk -v c="$cpu" -v n="$count" 'BEGIN { printf "%.0f", c * 1000 / n }')" \
     "${switches[$label]}" "$cs" "$(awk -v c="$cs" -v n="$count" 'BEGIN { printf "%.1f", c / n }')"

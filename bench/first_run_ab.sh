@@ -31,29 +31,14 @@ first_run() {
   awk -v a="$t0" -v b="$t1" -v i="$((i1 - i0))" -v hz="$ticks" 'BEGIN { printf "%.3f %.2f", b - a, i / hz }'
 }
 
-labels=(ninja fracflow)
-[ -n "${BASE:-}" ] && labels+=(base)
 declare -A walls idles
 printf '%s of %s nodes, first run, %s rounds; TMPDIR=%s (%s); load before: %s\n' "$shape" "$count" "$rounds" \
   "${TMPDIR:-/tmp}" "$(stat -f -c %T "${TMPDIR:-/tmp}")" "$(cut -d' ' -f1-3 /proc/loadavg)"
-for ((r = 1; r <= rounds; r++)); do
-  # The order turns each round: a run's place in the round moves its time (the writeback of the run before it,
-  # on a disk), and a fixed order once made a build look 8-12 % faster in 10 of 10 pairs.
-  order=("${labels[@]:$(((r - 1) % ${#labels[@]}))}" "${labels[@]:0:$(((r - 1) % ${#labels[@]}))}")
-  for label in "${order[@]}"; do
-    case $label in
-      ninja) result=$(first_run "$r" ninja ninja -j2) ;;
-      fracflow) result=$(first_run "$r" fracflow "$fracflow" run bench --jobs 2) ;;
-      base) result=$(first_run "$r" base "$BASE" run bench --jobs 2) ;;
-    esac
-    walls[$label]+="${result% *} "
-    idles[$label]+="${result#* } "
-  done
-done
-median() { printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-ninja_median=$(median "${walls[ninja]}")
-for label in "${labels[@]}"; do
-  m=$(median "${walls[$label]}")
+record() { walls[$1]+="${2% *} "; idles[$1]+="${2#* } "; }
+peer_rounds "$rounds" first_run record
+ninja_median=$(median %.3f ${walls[ninja]})
+for label in "${peer_labels[@]}"; do
+  m=$(median %.3f ${walls[$label]})
   printf '%-9s seconds: %s  median %s s (%sx ninja); idle core-seconds: %s median %s\n' "$label" "${walls[$label]}" "$m" \
-    "$(awk -v a="$ninja_median" -v b="$m" 'BEGIN { printf "%.2f", b / a }')" "${idles[$label]}" "$(median "${idles[$label]}")"
+    "$(awk -v a="$ninja_median" -v b="$m" 'BEGIN { printf "%.2f", b / a }')" "${idles[$label]}" "$(median %.3f ${idles[$label]})"
 done

@@ -60,3 +60,32 @@ peer_graph_setup() { # shape nodes
   printf 'kind: emulated\n' > "$work/graph/fracflow/hw/testbeds/emulated.yaml"
   count=$(generate "$1" "$2" "$work/graph")
 }
+
+# peer_rounds ROUNDS MEASURE RECORD: first runs of the graph set up by peer_graph_setup, by ninja, fracflow and,
+# when BASE is set, that build, in rounds whose order turns (a run's place in the round moves its time: the
+# writeback of the run before it, on a disk; a fixed order once made a build look 8-12 % faster in 10 of 10
+# pairs). Each is `MEASURE ROUND LABEL COMMAND...` (its output handed to `RECORD LABEL OUTPUT`); `peer_labels`
+# lists the labels.
+peer_rounds() { # rounds measure record
+  local rounds=$1 measure=$2 record=$3 r label result
+  peer_labels=(ninja fracflow)
+  [ -n "${BASE:-}" ] && peer_labels+=(base)
+  for ((r = 1; r <= rounds; r++)); do
+    local order=("${peer_labels[@]:$(((r - 1) % ${#peer_labels[@]}))}" "${peer_labels[@]:0:$(((r - 1) % ${#peer_labels[@]}))}")
+    for label in "${order[@]}"; do
+      case $label in
+        ninja) result=$("$measure" "$r" ninja ninja -j2) ;;
+        fracflow) result=$("$measure" "$r" fracflow "$fracflow" run bench --jobs 2) ;;
+        base) result=$("$measure" "$r" base "$BASE" run bench --jobs 2) ;;
+      esac
+      "$record" "$label" "$result"
+    done
+  done
+}
+
+# median FORMAT VALUES...: the median of the values, printed with the printf FORMAT.
+median() { # format values
+  local format=$1
+  shift
+  printf '%s\n' "$@" | sort -g | awk -v f="$format" '{ a[NR] = $1 } END { printf f, (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
