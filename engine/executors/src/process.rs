@@ -146,7 +146,6 @@ impl std::fmt::Debug for Child {
 }
 
 impl Child {
-    /// Starts `spawn` with `stdout` as its standard output.
     /// Starts `spawn` with its stderr appended to its log, and its stdout to `stdout`, or to the log too.
     fn start(spawn: &Spawn, stdout: Option<OwnedFd>) -> io::Result<Child> {
         let environment = environment(spawn);
@@ -415,12 +414,11 @@ pub fn run_to_log(spawn: &Spawn, cancel: &Cancel) -> io::Result<Finished> {
 }
 
 fn run_with(spawn: &Spawn, cancel: &Cancel, capture: bool) -> io::Result<Finished> {
-    let (stdout, theirs) = match capture {
-        true => {
-            let (ours, theirs) = stdout_pipe()?;
-            (Some(ours), Some(theirs))
-        }
-        false => (None, None),
+    let (stdout, theirs) = if capture {
+        let (ours, theirs) = stdout_pipe()?;
+        (Some(ours), Some(theirs))
+    } else {
+        (None, None)
     };
     let child = Child::start(spawn, theirs)?;
     let mut running = Running {
