@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::fingerprint::Fingerprint;
 use crate::hitindex::{EntryIdentity, HitIndex};
 use crate::keylock::{self, InUse};
-use crate::pointers::{self, Pointers};
+use crate::pointers::Pointers;
 use crate::remote::{self, RemoteError, RemoteStore, RemoteTier, Upload};
 use crate::statcache::hash_and_size;
 use crate::storedir::StoreDir;
@@ -1354,19 +1354,8 @@ impl Cache {
                 report.blobs_removed += 1;
             }
         }
+        // The pointers of removed entries go, and so do the pointer files of older engines, which the fold takes in.
         self.fold_pointers(Some(&|key| kept.contains(key)))?;
-        // Pointer files of engines from before the journals.
-        for path in files_under(&self.root.join("nodes"))?
-            .into_iter()
-            .filter(|p| !is_part(p) && pointers::is_legacy_file(p))
-        {
-            let pointer = fs::read(&path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<NodePointer>(&b).ok());
-            if pointer.is_none_or(|p| !kept.contains(&p.latest_key)) {
-                self.files.remove_file(&path)?;
-            }
-        }
         // Staging of a run that is still going on must survive (its owner's lock says so).
         if report.entries_removed > 0 {
             // Its records of removed entries would only be misses; the next run writes it afresh.

@@ -43,7 +43,7 @@ const SNAPSHOT: &str = "pointers.json";
 const JOURNAL_SUFFIX: &str = ".jsonl";
 
 /// Whether `path` is a pointer file of an engine from before the journals (`<hash of the node>.json`).
-pub(crate) fn is_legacy_file(path: &Path) -> bool {
+fn is_legacy_file(path: &Path) -> bool {
     path.file_name()
         .and_then(|name| name.to_str())
         .is_some_and(|name| name.ends_with(".json") && name != SNAPSHOT)
@@ -140,32 +140,20 @@ impl Pointers {
         if !loaded.legacy_files {
             return None;
         }
-        let bytes = fs::read(legacy_path()).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        read_pointer_file(&legacy_path())
     }
 
     /// The snapshot, then every journal, oldest first.
     fn load(&self) -> Loaded {
-        let mut loaded = Loaded {
-            pointers: read_snapshot(&self.dir.join(SNAPSHOT)),
-            legacy_files: false,
-        };
-        let mut journals = Vec::new();
-        for item in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let name = item.file_name();
-            let name = name.to_string_lossy();
-            if name.ends_with(JOURNAL_SUFFIX) {
-                let modified = item.metadata().and_then(|m| m.modified()).ok();
-                journals.push((modified, item.path()));
-            } else if is_legacy_file(&item.path()) {
-                loaded.legacy_files = true;
-            }
+        let listing = Listing::of(&self.dir).unwrap_or_default();
+        let mut pointers = read_snapshot(&self.dir.join(SNAPSHOT));
+        for journal in &listing.journals {
+            read_journal(&journal.path, &mut pointers);
         }
-        journals.sort();
-        for (_, journal) in journals {
-            read_journal(&journal, &mut loaded.pointers);
+        Loaded {
+            pointers,
+            legacy_files: !listing.legacy.is_empty(),
         }
-        loaded
     }
 
     /// Folds the journals of dead engines (`is_dead` of the owner a journal is named after), and the pointer
@@ -180,34 +168,15 @@ impl Pointers {
         is_dead: impl Fn(&str) -> bool,
         keep: Option<&dyn Fn(&Digest) -> bool>,
     ) -> io::Result<usize> {
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock)?;
+        let lock = crate::keylock::open_lock_file(lock)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Ok(0),
             Err(fs::TryLockError::Error(e)) => return Err(e),
         }
-        let mut dead = Vec::new();
-        let mut dead_bytes = 0;
-        let mut legacy = Vec::new();
-        for item in fs::read_dir(&self.dir)?.flatten() {
-            let path = item.path();
-            let name = item.file_name();
-            let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(JOURNAL_SUFFIX)) else {
-                if is_legacy_file(&path) {
-                    legacy.push(path);
-                }
-                continue;
-            };
-            if is_dead(owner) {
-                let metadata = item.metadata().ok();
-                dead_bytes += metadata.as_ref().map_or(0, fs::Metadata::len);
-                dead.push((metadata.and_then(|m| m.modified().ok()), path));
-            }
-        }
+        let Listing { journals, legacy } = Listing::of(&self.dir)?;
+        let dead: Vec<Journal> = journals.into_iter().filter(|j| is_dead(&j.owner)).collect();
+        let dead_bytes: u64 = dead.iter().map(|j| j.bytes).sum();
         let snapshot_path = self.dir.join(SNAPSHOT);
         let snapshot_bytes = fs::metadata(&snapshot_path).map_or(0, |m| m.len());
         let worth_it = dead.len() >= FOLD_AT_JOURNALS
@@ -216,19 +185,13 @@ impl Pointers {
         if keep.is_none() && !worth_it {
             return Ok(0);
         }
-        dead.sort();
         let mut pointers = read_snapshot(&snapshot_path);
         // Older than any journal: the snapshot's pointer of a node wins over its file.
-        for path in &legacy {
-            if let Some(pointer) = fs::read(path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<NodePointer>(&bytes).ok())
-            {
-                pointers.entry(pointer.node.clone()).or_insert(pointer);
-            }
+        for pointer in legacy.iter().filter_map(|path| read_pointer_file(path)) {
+            pointers.entry(pointer.node.clone()).or_insert(pointer);
         }
-        for (_, journal) in &dead {
-            read_journal(journal, &mut pointers);
+        for journal in &dead {
+            read_journal(&journal.path, &mut pointers);
         }
         if let Some(keep) = keep {
             pointers.retain(|_, pointer| keep(&pointer.latest_key));
@@ -242,11 +205,60 @@ impl Pointers {
         // their durations in an estimate's median, never loses a key.
         self.files
             .publish(&snapshot_path, &bytes, Publish::Unsynced)?;
-        for path in dead.iter().map(|(_, journal)| journal).chain(&legacy) {
+        for path in dead.iter().map(|journal| &journal.path).chain(&legacy) {
             self.files.remove_file(path)?;
         }
         Ok(dead.len())
     }
+}
+
+/// What `nodes/` holds besides the snapshot: the journals, oldest first, and the pointer files of older engines.
+#[derive(Debug, Default)]
+struct Listing {
+    journals: Vec<Journal>,
+    legacy: Vec<PathBuf>,
+}
+
+/// One engine's journal.
+#[derive(Debug)]
+struct Journal {
+    owner: String,
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Listing {
+    fn of(dir: &Path) -> io::Result<Listing> {
+        let mut listing = Listing::default();
+        let mut journals = Vec::new();
+        for item in fs::read_dir(dir)?.flatten() {
+            let path = item.path();
+            let name = item.file_name();
+            let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(JOURNAL_SUFFIX)) else {
+                if is_legacy_file(&path) {
+                    listing.legacy.push(path);
+                }
+                continue;
+            };
+            let metadata = item.metadata().ok();
+            let modified = metadata.as_ref().and_then(|m| m.modified().ok());
+            let journal = Journal {
+                owner: owner.to_owned(),
+                path,
+                bytes: metadata.map_or(0, |m| m.len()),
+            };
+            journals.push((modified, journal));
+        }
+        journals.sort_by(|a, b| (a.0, &a.1.path).cmp(&(b.0, &b.1.path)));
+        listing.journals = journals.into_iter().map(|(_, journal)| journal).collect();
+        Ok(listing)
+    }
+}
+
+/// A pointer file of an engine from before the journals; `None` when it cannot be read.
+fn read_pointer_file(path: &Path) -> Option<NodePointer> {
+    let bytes = fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// `node` committed with `key` in `seconds`: its newest key, and one more duration of the last
