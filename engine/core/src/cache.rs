@@ -1884,6 +1884,36 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    /// A pointer journal that cannot be written fails the group it records, naming the journal; the entries,
+    /// committed before, stay.
+    #[test]
+    fn a_pointer_journal_that_cannot_be_written_fails_its_group_naming_it() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(dir.path())?;
+        let (staged, _) = stage_value(&cache, 1)?;
+        let key = staged.entry.key;
+        fs::remove_dir(dir.path().join("nodes"))?;
+        fs::write(dir.path().join("nodes"), b"not a folder")?;
+        let error = cache
+            .commit(vec![staged])
+            .into_iter()
+            .next()
+            .expect("one result")
+            .expect_err("the journal cannot be made");
+        assert!(
+            error.to_string().starts_with(&format!(
+                "cannot write the node pointer journal {}",
+                dir.path().join("nodes").display()
+            )),
+            "{error}"
+        );
+        assert!(
+            cache.get(&key).is_some(),
+            "the entry was committed before the pointers"
+        );
+        Ok(())
+    }
+
     /// Stages one output, `output {value}`, of a node keyed by `value` in a fresh staging directory; returns the
     /// staged result and that directory.
     pub(crate) fn stage_value(cache: &Cache, value: u64) -> io::Result<(Staged, PathBuf)> {

@@ -77,8 +77,8 @@ struct Loaded {
 pub(crate) struct Pointers {
     dir: PathBuf,
     files: Files,
-    /// This engine's journal, opened on its first record.
-    journal: Mutex<Option<Box<dyn AppendFile>>>,
+    /// This engine's journal and its path, opened on its first record.
+    journal: Mutex<Option<(PathBuf, Box<dyn AppendFile>)>>,
     /// Loaded on the first read, and forgotten at this engine's next record: a run reads pointers while it
     /// plans and records them as nodes commit, and a map kept up to date would grow by a pointer for every
     /// node built (36 MB in a 300 000-node first run).
@@ -118,12 +118,25 @@ impl Pointers {
         }
         {
             let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let unwritable = |path: &Path, e: io::Error| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot write the node pointer journal {}: {e}",
+                        path.display()
+                    ),
+                )
+            };
             if journal.is_none() {
                 let path = self.dir.join(format!("{}{JOURNAL_SUFFIX}", owner()?));
-                *journal = Some(self.files.open_append(&path)?);
+                let file = self
+                    .files
+                    .open_append(&path)
+                    .map_err(|e| unwritable(&path, e))?;
+                *journal = Some((path, file));
             }
-            if let Some(journal) = journal.as_mut() {
-                journal.append(&text)?;
+            if let Some((path, file)) = journal.as_mut() {
+                file.append(&text).map_err(|e| unwritable(path, e))?;
             }
         }
         *self.loaded.lock().unwrap_or_else(|e| e.into_inner()) = None;
