@@ -7,10 +7,11 @@
 //!
 //! The engine's supervisors. The engine keeps the supervisors it let go of, each with its end of a socket pair
 //! of its own. A command goes to one that is free: one the spawner just handed over, or one that finished its
-//! last command and said so with one byte on its socket. A supervisor says it is free only once the engine has
-//! closed its end of the last command's status pipe (the engine then sends nothing more about that command)
-//! and it has discarded the signals still pending for it (a stop that crossed the command's end), so a signal
-//! meant for one command never reaches the next. When none is free, the engine asks the spawner for another.
+//! last command and said so with one byte on its socket, which it does as soon as it has written how that
+//! command ended. The engine sends no signal about a command once it has let go of it (closed its status pipe
+//! and put its supervisor back among the free ones), so when the next command comes, every signal meant for
+//! the last one (a stop that crossed its end) is pending at the supervisor, which discards them before it
+//! starts the next: a signal meant for one command never reaches the next. When none is free, the engine asks the spawner for another.
 //! The spawner keeps one *standby* forked ahead of the question and forks the next after answering, so that
 //! question waits for no fork; the engine keeps at most [`MAX_SUPERVISORS`] it is not using, and closes the
 //! socket of any beyond, which ends that one. Before, every command went through the spawner, which passed it
@@ -38,10 +39,10 @@ use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -176,7 +177,7 @@ struct Connection {
 
 static SPAWNER: Mutex<Option<Connection>> = Mutex::new(None);
 
-/// The supervisors the engine is not using: free, or about to say so once their last command is let go of.
+/// The supervisors the engine is not using: free, or about to say so once their last command has ended.
 static IDLE: Mutex<Vec<Supervisor>> = Mutex::new(Vec::new());
 
 /// The byte that asks the spawner for a supervisor.
@@ -336,7 +337,15 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
     }
 }
 
+/// Appends a string of the request; one with a NUL inside is refused here, with the reason, as no command could
+/// be given it.
 fn put_bytes(body: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
+    if bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a NUL byte in a program name, argument, environment variable or directory",
+        ));
+    }
     let length = u32::try_from(bytes.len()).map_err(|_| io::Error::other("a field is too long"))?;
     body.extend_from_slice(&length.to_le_bytes());
     body.extend_from_slice(bytes);
@@ -366,61 +375,52 @@ fn encode(request: &Request<'_>) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// A request as the spawner reads it.
-#[derive(Debug, PartialEq)]
-struct Decoded {
-    program: OsString,
-    cwd: PathBuf,
-    args: Vec<OsString>,
-    env: Vec<(OsString, OsString)>,
+/// A request's fields in order, as a supervisor reads them: counts and lengths (u32, little-endian), and the
+/// bytes a length measures.
+struct Fields<'a> {
+    body: &'a [u8],
+    at: usize,
 }
 
-fn decode(body: &[u8]) -> Result<Decoded, String> {
-    let mut at = 0;
-    let number = |at: &mut usize| -> Result<u32, String> {
-        let bytes = body
-            .get(*at..*at + 4)
+impl<'a> Fields<'a> {
+    fn number(&mut self) -> Result<usize, String> {
+        let bytes = self
+            .body
+            .get(self.at..self.at + 4)
             .ok_or_else(|| "the request ends early".to_owned())?;
-        *at += 4;
-        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-    };
-    let field = |at: &mut usize| -> Result<OsString, String> {
-        let length = number(at)? as usize;
-        let bytes = body
-            .get(*at..*at + length)
+        self.at += 4;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize)
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let length = self.number()?;
+        let bytes = self
+            .body
+            .get(self.at..self.at + length)
             .ok_or_else(|| "a field runs past the request".to_owned())?;
-        *at += length;
-        Ok(OsString::from_vec(bytes.to_vec()))
-    };
-    let program = field(&mut at)?;
-    let cwd = PathBuf::from(field(&mut at)?);
-    let count = number(&mut at)?;
-    let args = (0..count)
-        .map(|_| field(&mut at))
-        .collect::<Result<_, _>>()?;
-    let count = number(&mut at)?;
-    let env = (0..count)
-        .map(|_| {
-            let pair = field(&mut at)?.into_vec();
-            let split = pair
-                .iter()
-                .position(|&b| b == b'=')
-                .ok_or_else(|| "a variable without `=`".to_owned())?;
-            Ok((
-                OsString::from_vec(pair[..split].to_vec()),
-                OsString::from_vec(pair[split + 1..].to_vec()),
-            ))
-        })
-        .collect::<Result<_, String>>()?;
-    if at != body.len() {
+        self.at += length;
+        Ok(bytes)
+    }
+}
+
+/// The command a request's body holds; garbage (a field cut short, bytes after the last, a NUL inside a string,
+/// a variable without `=`) is refused.
+fn decode(body: &[u8]) -> Result<supervisor::Program, String> {
+    let mut fields = Fields { body, at: 0 };
+    let program = fields.bytes()?;
+    let cwd = fields.bytes()?;
+    let mut command =
+        supervisor::Program::new(program, cwd, body.len()).map_err(|e| e.to_string())?;
+    for _ in 0..fields.number()? {
+        command.arg(fields.bytes()?).map_err(|e| e.to_string())?;
+    }
+    for _ in 0..fields.number()? {
+        command.var(fields.bytes()?).map_err(|e| e.to_string())?;
+    }
+    if fields.at != body.len() {
         return Err("bytes after the request".into());
     }
-    Ok(Decoded {
-        program,
-        cwd,
-        args,
-        env,
-    })
+    Ok(command)
 }
 
 /// `fracflow-exec __spawner ENGINE_PID`: hands the engine a supervisor each time it asks, until it closes its
@@ -565,9 +565,15 @@ fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result
     Ok(())
 }
 
-/// A supervisor's life: it waits for a request from the engine, supervises its command, and once the engine
-/// has let go of that command says on its channel that it is free for the next. It ends when the channel
-/// closes (the engine dropped it, is done with commands, or died).
+/// A supervisor's life: it waits for a request from the engine, supervises its command, writes how it ended
+/// and says on its channel that it is free for the next. It ends when the channel closes (the engine dropped
+/// it, is done with commands, or died).
+///
+/// The engine may still signal a command after its ending was written (a stop that crossed the end), but never
+/// once it has let go of it, which it does before it hands this supervisor another command. So the signals
+/// meant for the last command are all pending when the next request comes, and are discarded then, before the
+/// next command starts. Waiting instead for the engine to close the last command's status pipe before saying
+/// it is free cost a sleep and a wake-up of the supervisor, and one of the engine's thread, a node.
 ///
 /// Its first writes to a page it shares with the spawner copy the page (a forked child's memory is
 /// copy-on-write). It writes the stack it will run on while it waits, so that the supervision takes no fault
@@ -590,25 +596,11 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
     }
     touch_stack();
     loop {
-        let (body, fds) = match receive_request(&channel) {
-            Ok(Some(request)) => request,
-            // The engine let go of it, is done with commands or died, or sent garbage: nothing to supervise.
-            Ok(None) | Err(_) => return 0,
+        let (command, fds) = match next_command(&channel, spawner) {
+            Ok(next) => next,
+            Err(code) => return code,
         };
-        let (Ok(request), Ok(fds)) = (decode(&body), <[OwnedFd; 4]>::try_from(fds)) else {
-            return 1;
-        };
-        let status = supervise_one(spawner, request, fds);
-        if !let_go(&status, spawner) {
-            return 0;
-        }
-        drop(status);
-        // Signals the engine sent for the command just ended (a stop that crossed its end) are pending, as the
-        // supervision keeps them blocked: they were sent before the engine let go, so they are all here now,
-        // and none of them may reach the next command.
-        if !discard_pending_signals(spawner) {
-            return 0;
-        }
+        drop(supervise_one(spawner, &command, fds));
         // Until its next command it dies with the spawner, as a standby does. The supervision set its
         // parent-death signal to STOP_ALL, which it keeps blocked; and the other end of its socket is the
         // engine's, which outlives a spawner killed by hand, so the socket would not close either. A
@@ -628,27 +620,24 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
     }
 }
 
-/// Waits until the engine has closed its end of a command's status pipe, after which it sends nothing more
-/// about that command; `false` if the spawner (and so the engine) died first. A pipe's write end polls as an
-/// error once no reader is left.
-fn let_go(status: &File, spawner: u32) -> bool {
-    loop {
-        let mut fds = [rustix::event::PollFd::new(
-            status,
-            rustix::event::PollFlags::empty(),
-        )];
-        let timeout = poll_limit(REAP_EVERY);
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return false,
-        }
-        if !fds[0].revents().is_empty() {
-            return true;
-        }
-        // SAFETY: getppid has no preconditions.
-        if unsafe { libc::getppid() } as u32 != spawner {
-            return false;
-        }
+/// Waits for the engine's next command and its descriptors, and discards the signals still pending for the
+/// last one (a supervision keeps them blocked), since none of them may reach the next; the code to exit with
+/// when there is none: 0 once the channel closed (the engine let go of the supervisor, is done with commands
+/// or died) or the spawner died, 1 for garbage.
+fn next_command(
+    channel: &UnixStream,
+    spawner: u32,
+) -> Result<(supervisor::Program, [OwnedFd; 4]), libc::c_int> {
+    let (body, fds) = match receive_request(channel) {
+        Ok(Some(request)) => request,
+        Ok(None) | Err(_) => return Err(0),
+    };
+    if !discard_pending_signals(spawner) {
+        return Err(0);
+    }
+    match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
+        (Ok(command), Ok(fds)) => Ok((command, fds)),
+        _ => Err(1),
     }
 }
 
@@ -776,7 +765,7 @@ fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
 /// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`], and how
 /// it ended is written to the status pipe, whose write end is answered. The supervisor's own stdin, stdout and
 /// stderr point at `/dev/null` again afterwards, whatever happened: it holds none of the command's.
-fn supervise_one(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> File {
+fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 4]) -> File {
     let [stdin, stdout, stderr, status] = fds;
     let status = File::from(status);
     // SAFETY: setpgid and dup2 on descriptors this process owns; 0 (the socket) is replaced, so the command
@@ -794,19 +783,13 @@ fn supervise_one(spawner: u32, request: Decoded, fds: [OwnedFd; 4]) -> File {
             })
     };
     drop((stdin, stdout, stderr));
-    let command = supervisor::Program {
-        program: &request.program,
-        args: &request.args,
-        env: &request.env,
-        cwd: &request.cwd,
-    };
-    let ending = match in_place.and_then(|()| supervisor::supervise(spawner, &command)) {
+    let ending = match in_place.and_then(|()| supervisor::supervise(spawner, command)) {
         Ok(ending) => ending,
         Err(error) => {
             let _ = writeln!(
                 io::stderr(),
                 "error: cannot run {}\ncaused by: {error}",
-                request.program.to_string_lossy()
+                command.program().to_string_lossy()
             );
             // A supervision that ran released them once the command held its copies; one that failed holds
             // them still.
@@ -830,32 +813,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_supervisor_is_free_once_the_engine_closed_the_status_pipe() -> io::Result<()> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let write = File::from(write);
-        // SAFETY: getppid has no preconditions.
-        let parent = unsafe { libc::getppid() } as u32;
-        let closer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            drop(read);
-        });
-        assert!(let_go(&write, parent), "the reader's close was not seen");
-        closer
-            .join()
-            .map_err(|_| io::Error::other("the closing thread panicked"))?;
-        // A spawner that is not our parent (it died, and we were re-parented): no wait for a reader forever.
-        let (_read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        assert!(!let_go(&File::from(write), parent + 1));
-        Ok(())
-    }
-
-    #[test]
-    fn a_stop_signal_meant_for_the_last_command_is_discarded_before_the_next() -> io::Result<()> {
+    fn a_stop_signal_meant_for_the_last_command_is_discarded_when_the_next_comes() -> io::Result<()>
+    {
+        let (engine, channel) = UnixStream::pair()?;
+        let null = File::open("/dev/null")?;
+        let args = vec!["-c".to_owned(), "true".to_owned()];
+        let body = encode(&Request {
+            program: OsStr::new("/bin/sh"),
+            args: &args,
+            env: &[],
+            cwd: Path::new("/"),
+            stdin: null.try_clone()?.into(),
+            stdout: null.try_clone()?.into(),
+            stderr: null.try_clone()?.into(),
+        })?;
         // Blocked in this thread as a supervisor blocks them, then sent to this thread alone (a signal sent to
-        // the test process could be taken by another of its threads, whose default is to end the process).
+        // the test process could be taken by another of its threads, whose default is to end the process):
+        // stops the engine sent for the last command before it let go of it, and so before the next request.
         let watched = supervisor::watched_signals();
         // SAFETY: pthread_sigmask and pthread_kill act on this thread; sigpending writes only `pending`.
-        unsafe {
+        let (before, next, left) = unsafe {
             if libc::pthread_sigmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -863,14 +840,27 @@ mod tests {
             libc::pthread_kill(libc::pthread_self(), supervisor::STOP_ALL);
             let mut pending: libc::sigset_t = std::mem::zeroed();
             libc::sigpending(&mut pending);
-            assert_eq!(libc::sigismember(&pending, libc::SIGTERM), 1);
-            assert!(discard_pending_signals(libc::getppid() as u32));
+            let before = libc::sigismember(&pending, libc::SIGTERM);
+            let fd = null.as_fd();
+            let sent = send_request(&engine, &body, [fd, fd, fd, fd]);
+            let next = sent.map(|()| next_command(&channel, libc::getppid() as u32));
             libc::sigpending(&mut pending);
             let left =
                 [libc::SIGTERM, supervisor::STOP_ALL].map(|s| libc::sigismember(&pending, s));
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &watched, std::ptr::null_mut());
-            assert_eq!(left, [0, 0], "signals still pending");
-        }
+            (before, next?, left)
+        };
+        assert_eq!(before, 1, "SIGTERM was not pending");
+        let (command, _fds) =
+            next.map_err(|code| io::Error::other(format!("no command: {code}")))?;
+        assert_eq!(command.program().to_bytes(), b"/bin/sh");
+        assert_eq!(left, [0, 0], "signals still pending when the command came");
+        // The engine let go of the supervisor: no command, and it exits cleanly.
+        drop(engine);
+        assert_eq!(
+            next_command(&channel, unsafe { libc::getppid() } as u32).err(),
+            Some(0)
+        );
         Ok(())
     }
 
@@ -889,14 +879,12 @@ mod tests {
             stderr: null()?,
         };
         let body = encode(&request)?;
+        let command = decode(&body).map_err(io::Error::other)?;
+        assert_eq!(command.program().to_bytes(), b"/bin/sh");
+        assert_eq!(command.cwd().to_bytes(), b"/tmp");
         assert_eq!(
-            decode(&body),
-            Ok(Decoded {
-                program: "/bin/sh".into(),
-                cwd: "/tmp".into(),
-                args: vec!["-c".into(), "echo é".into()],
-                env: vec![("A".into(), "b=c".into())],
-            })
+            command.args_and_env(),
+            [vec![&b"-c"[..], "echo é".as_bytes()], vec![&b"A=b=c"[..]]]
         );
         for cut in 0..body.len() {
             assert!(decode(&body[..cut]).is_err(), "a request cut at {cut}");
@@ -904,9 +892,33 @@ mod tests {
         let mut longer = body.clone();
         longer.push(0);
         assert!(decode(&longer).is_err());
-        let mut lying = body;
+        let mut lying = body.clone();
         lying[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&lying).is_err());
+        // A NUL inside a string, or a variable without `=`, is garbage no engine sends.
+        let at = |needle: &[u8]| body.windows(needle.len()).position(|w| w == needle);
+        let mut nul = body.clone();
+        let echo = at(b"echo").ok_or_else(|| io::Error::other("no `echo` in the body"))?;
+        nul[echo] = 0;
+        assert!(decode(&nul).is_err());
+        let mut no_equals = body.clone();
+        let pair = at(b"A=b").ok_or_else(|| io::Error::other("no `A=b` in the body"))?;
+        no_equals[pair + 1] = b'_';
+        no_equals[pair + 3] = b'_';
+        assert!(decode(&no_equals).is_err());
+        // The engine refuses a NUL with the reason, rather than sending a request no supervisor takes.
+        let args = vec!["-c".to_owned(), "true\0".to_owned()];
+        let refused = encode(&Request {
+            args: &args,
+            stdin: null()?,
+            stdout: null()?,
+            stderr: null()?,
+            ..request
+        });
+        assert_eq!(
+            refused.map_err(|e| e.kind()).err(),
+            Some(io::ErrorKind::InvalidInput)
+        );
         Ok(())
     }
 }
