@@ -6,13 +6,13 @@
 //! supervisors a `posix_spawn` and an exec of a trampoline binary per node cost about a millisecond more.
 //!
 //! The engine's supervisors. The engine keeps the supervisors it let go of, each with its end of a socket pair
-//! of its own. A command goes to one that is free: one the spawner just handed over, or one that finished its
-//! last command and said so with one byte on its socket, which it does as soon as it has written how that
-//! command ended. The engine sends no signal about a command once it has let go of it (closed its status pipe
-//! and put its supervisor back among the free ones), so when the next command comes, every signal meant for
-//! the last one (a stop that crossed its end) is pending at the supervisor, which discards them before it
-//! starts the next: a signal meant for one command never reaches the next. When none is free, the engine asks the spawner for another.
-//! The spawner keeps one *standby* forked ahead of the question and forks the next after answering, so that
+//! of its own. A command goes to one that is free: one the spawner just handed over, or one whose last
+//! command's ending the engine has read on that socket, an ending that also says whether the supervisor takes
+//! another command. The engine sends no signal about a command once it has let go of it (put its supervisor
+//! back among its own), so when the next command comes, every signal meant for the last one (a stop that
+//! crossed its end) is pending at the supervisor, which discards them before it starts the next: a signal meant
+//! for one command never reaches the next. When none is free, the engine asks the spawner for another. The
+//! spawner keeps one *standby* forked ahead of the question and forks the next after answering, so that
 //! question waits for no fork; the engine keeps at most [`MAX_SUPERVISORS`] it is not using, and closes the
 //! socket of any beyond, which ends that one. Before, every command went through the spawner, which passed it
 //! on to a supervisor and answered the engine: two more processes woken on each node's path, and on a
@@ -28,14 +28,14 @@
 //! Protocol. The engine asks the spawner for a supervisor with one byte on a Unix stream socket that is the
 //! spawner's stdin; the answer is a header of eight bytes (0 and the supervisor's pid, with a pidfd of it and
 //! the engine's end of its socket in `SCM_RIGHTS`; or 1 and the length of a message that follows). A command
-//! goes to a supervisor on its socket as a header (the body's length, u32 little-endian) carrying four
-//! descriptors in `SCM_RIGHTS` (the command's stdin, stdout, stderr, and the write end of its status pipe),
-//! then the body: program, working directory, the arguments and the environment (`KEY=VALUE`), each a count
-//! or a length (u32) and bytes. The supervisor writes how the command ended to its status pipe (one byte: 0
-//! exited, 1 killed by a signal, 2 could not be started; then a u32: the code or the signal).
+//! goes to a supervisor on its socket as a header (the body's length, u32 little-endian) carrying three
+//! descriptors in `SCM_RIGHTS` (the command's stdin, stdout and stderr), then the body: program, working
+//! directory, the arguments and the environment (`KEY=VALUE`), each a count or a length (u32) and bytes. The
+//! supervisor answers on the same socket with how the command ended, six bytes (see [`ENDING_BYTES`]); a socket
+//! that closes before that means the supervisor was killed. A status pipe per command, and a byte saying the
+//! supervisor was free, cost a `pipe2`, three `close`s and a `recv` a node.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -76,14 +76,13 @@ pub(crate) struct Request<'a> {
     pub stderr: OwnedFd,
 }
 
-/// A command a supervisor started: the supervisor, held until the command is let go of, and the read end of
-/// the command's status pipe.
+/// A command a supervisor started: the supervisor, held until the command is let go of, on whose channel the
+/// command's ending comes.
 #[derive(Debug)]
 pub(crate) struct Supervised {
     pub pid: u32,
-    /// Given back to the engine's free supervisors when this is dropped (an `Option` only for that).
+    /// Given back to the engine's supervisors when this is dropped (an `Option` only for that).
     supervisor: Option<Supervisor>,
-    status: File,
     ended: std::cell::Cell<Option<Ending>>,
 }
 
@@ -104,24 +103,37 @@ impl Supervised {
 
     /// How the command ended, waiting at most `limit` for it (`None`: still running).
     pub fn wait_timeout(&self, limit: Duration) -> io::Result<Option<Ending>> {
-        if self.ended.get().is_none() && readable(&self.status, limit)? {
-            self.ended.set(Some(read_ending(&self.status)?));
+        if self.ended.get().is_some() {
+            return Ok(self.ended.get());
+        }
+        let Some(supervisor) = &self.supervisor else {
+            return Ok(None);
+        };
+        if readable(&supervisor.channel, limit)? {
+            let (ending, next) = read_ending(&supervisor.channel)?;
+            self.ended.set(Some(ending));
+            supervisor.free.set(next);
         }
         Ok(self.ended.get())
     }
 
-    /// The status pipe, for a caller that polls it beside other descriptors.
+    /// Where the ending comes, for a caller that polls it beside other descriptors.
     pub fn status_fd(&self) -> RawFd {
-        self.status.as_raw_fd()
+        self.supervisor
+            .as_ref()
+            .map_or(-1, |supervisor| supervisor.channel.as_raw_fd())
     }
 }
 
 impl Drop for Supervised {
-    /// The engine lets go of the command: the status pipe closes with this, and the supervisor, once it has
-    /// said so, takes the next command.
+    /// The engine lets go of the command: it sends nothing more about it, and the supervisor takes the next
+    /// command once it has said how this one ended (at once, when the engine has read that).
     fn drop(&mut self) {
         if let Some(supervisor) = self.supervisor.take() {
-            give_back(supervisor);
+            // One whose ending said it takes no other command is on its way out.
+            if self.ended.get().is_none() || supervisor.free.get() {
+                give_back(supervisor);
+            }
         }
     }
 }
@@ -148,24 +160,45 @@ pub(crate) fn poll_limit(limit: Duration) -> rustix::event::Timespec {
     }
 }
 
-/// Reads the ending the supervisor wrote; a pipe closed without one means the supervisor itself was killed.
-fn read_ending(mut status: &File) -> io::Result<Ending> {
-    let mut record = [0u8; 5];
+/// How the command ended, as its supervisor wrote it on its channel, and whether the supervisor takes another
+/// command; a channel closed before that means the supervisor itself was killed.
+fn read_ending(mut channel: &UnixStream) -> io::Result<(Ending, bool)> {
+    let mut record = [0u8; ENDING_BYTES];
     let mut got = 0;
     while got < record.len() {
-        match status.read(&mut record[got..]) {
-            Ok(0) => return Ok(Ending::Signalled(libc::SIGKILL)),
+        match channel.read(&mut record[got..]) {
+            Ok(0) => return Ok((Ending::Signalled(libc::SIGKILL), false)),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
+    Ok(decode_ending(record))
+}
+
+/// The record a supervisor writes once its command ended: how (0 exited, 1 killed by a signal, 2 could not be
+/// started), the code or the signal (u32, little-endian), and 1 when it takes another command.
+const ENDING_BYTES: usize = 6;
+
+fn encode_ending(ending: Ending, next: bool) -> [u8; ENDING_BYTES] {
+    let (kind, value): (u8, u32) = match ending {
+        Ending::Exited(code) => (0, code as u32),
+        Ending::Signalled(signal) => (1, signal as u32),
+        Ending::NotStarted => (2, 127),
+    };
+    let mut record = [kind, 0, 0, 0, 0, u8::from(next)];
+    record[1..5].copy_from_slice(&value.to_le_bytes());
+    record
+}
+
+fn decode_ending(record: [u8; ENDING_BYTES]) -> (Ending, bool) {
     let value = u32::from_le_bytes([record[1], record[2], record[3], record[4]]);
-    Ok(match record[0] {
+    let ending = match record[0] {
         0 => Ending::Exited(value as i32),
         1 => Ending::Signalled(value as i32),
         _ => Ending::NotStarted,
-    })
+    };
+    (ending, record[5] == 1)
 }
 
 /// The engine's connection to its spawner, started on first use.
@@ -244,7 +277,7 @@ impl Connection {
             pid: value,
             pidfd,
             channel: UnixStream::from(channel),
-            free: true,
+            free: std::cell::Cell::new(true),
         }))
     }
 }
@@ -292,8 +325,7 @@ fn take_free() -> Option<Supervisor> {
 
 /// Keeps a supervisor the engine let go of for a later command; beyond [`MAX_SUPERVISORS`], its socket is
 /// closed, which ends it once its command has.
-fn give_back(mut supervisor: Supervisor) {
-    supervisor.free = false;
+fn give_back(supervisor: Supervisor) {
     let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
     if idle.len() < MAX_SUPERVISORS {
         idle.push(supervisor);
@@ -315,19 +347,16 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
             }
             None => return Err(io::Error::other("no supervisor took the command")),
         };
-        let (status_read, status_write) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let fds = [
             request.stdin.as_fd(),
             request.stdout.as_fd(),
             request.stderr.as_fd(),
-            status_write.as_fd(),
         ];
         if send_request(&supervisor.channel, &body, fds).is_ok() {
+            supervisor.free.set(false);
             return Ok(Supervised {
                 pid: supervisor.pid,
                 supervisor: Some(supervisor),
-                status: File::from(status_read),
                 ended: std::cell::Cell::new(None),
             });
         }
@@ -472,9 +501,6 @@ pub fn serve(args: &[String]) -> ExitCode {
 /// The most supervisors the engine keeps while it does not use them; more may run at once.
 const MAX_SUPERVISORS: usize = 64;
 
-/// What a supervisor writes on its socket once it is free for another command.
-const FREE: u8 = 1;
-
 /// A supervisor forked ahead of its commands, taking them on `channel` (see the module's documentation): the
 /// spawner's standby, or one the engine holds.
 #[derive(Debug)]
@@ -482,8 +508,9 @@ struct Supervisor {
     pid: u32,
     pidfd: OwnedFd,
     channel: UnixStream,
-    /// Waiting for a command: a standby that never had one, or one that said so on its channel.
-    free: bool,
+    /// Waiting for a command: a standby that never had one, or one that wrote its last command's ending
+    /// (saying it takes another) and the engine read it.
+    free: std::cell::Cell<bool>,
 }
 
 impl Supervisor {
@@ -509,7 +536,7 @@ impl Supervisor {
             pid: pid as u32,
             pidfd,
             channel: ours,
-            free: true,
+            free: std::cell::Cell::new(true),
         })
     }
 
@@ -518,16 +545,17 @@ impl Supervisor {
         !readable(&self.pidfd, Duration::ZERO).unwrap_or(true)
     }
 
-    /// Whether it is free, taking in what it said without waiting; `None` when it is gone (its channel closed:
-    /// it exited, or was killed) or said something else.
-    fn heard_free(&mut self) -> Option<bool> {
-        if self.free {
+    /// Whether it is free, taking in the ending of the command it was let go of with, without waiting; `None`
+    /// when it is gone (its channel closed: it exited, or was killed), is going (it said it takes no other
+    /// command), or said something else.
+    fn heard_free(&self) -> Option<bool> {
+        if self.free.get() {
             return Some(true);
         }
-        let mut said = [0u8; 1];
-        match rustix::net::recv(&self.channel, &mut said, RecvFlags::DONTWAIT) {
-            Ok((1, _)) if said[0] == FREE => {
-                self.free = true;
+        let mut record = [0u8; ENDING_BYTES];
+        match rustix::net::recv(&self.channel, &mut record, RecvFlags::DONTWAIT) {
+            Ok((ENDING_BYTES, _)) if decode_ending(record).1 => {
+                self.free.set(true);
                 Some(true)
             }
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => Some(false),
@@ -549,7 +577,7 @@ fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result
             let mut header = [0u8; 8];
             header[4..].copy_from_slice(&supervisor.pid.to_le_bytes());
             let fds = [supervisor.pidfd.as_fd(), supervisor.channel.as_fd()];
-            let sent = send_with_fds(socket, &header, &fds)?;
+            let sent = send_with_fds(socket, &[IoSlice::new(&header)], &fds)?;
             if sent < header.len() {
                 writer.write_all(&header[sent..])?;
             }
@@ -565,15 +593,15 @@ fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result
     Ok(())
 }
 
-/// A supervisor's life: it waits for a request from the engine, supervises its command, writes how it ended
-/// and says on its channel that it is free for the next. It ends when the channel closes (the engine dropped
-/// it, is done with commands, or died).
+/// A supervisor's life: it waits for a request from the engine, supervises its command, and writes on its
+/// channel how it ended and whether it takes another. It ends when the channel closes (the engine dropped it,
+/// is done with commands, or died), or once its spawner died.
 ///
 /// The engine may still signal a command after its ending was written (a stop that crossed the end), but never
 /// once it has let go of it, which it does before it hands this supervisor another command. So the signals
 /// meant for the last command are all pending when the next request comes, and are discarded then, before the
 /// next command starts. Waiting instead for the engine to close the last command's status pipe before saying
-/// it is free cost a sleep and a wake-up of the supervisor, and one of the engine's thread, a node.
+/// it was free cost a sleep and a wake-up of the supervisor, and one of the engine's thread, a node.
 ///
 /// Its first writes to a page it shares with the spawner copy the page (a forked child's memory is
 /// copy-on-write). It writes the stack it will run on while it waits, so that the supervision takes no fault
@@ -600,7 +628,7 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
             Ok(next) => next,
             Err(code) => return code,
         };
-        drop(supervise_one(spawner, &command, fds));
+        let ending = supervise_one(spawner, &command, fds);
         // Until its next command it dies with the spawner, as a standby does. The supervision set its
         // parent-death signal to STOP_ALL, which it keeps blocked; and the other end of its socket is the
         // engine's, which outlives a spawner killed by hand, so the socket would not close either. A
@@ -610,11 +638,8 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
                 || libc::getppid() as u32 != spawner
         };
-        if orphaned {
-            return 0;
-        }
         let mut writer = &channel;
-        if writer.write_all(&[FREE]).is_err() {
+        if writer.write_all(&encode_ending(ending, !orphaned)).is_err() || orphaned {
             return 0;
         }
     }
@@ -627,7 +652,7 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
 fn next_command(
     channel: &UnixStream,
     spawner: u32,
-) -> Result<(supervisor::Program, [OwnedFd; 4]), libc::c_int> {
+) -> Result<(supervisor::Program, [OwnedFd; 3]), libc::c_int> {
     let (body, fds) = match receive_request(channel) {
         Ok(Some(request)) => request,
         Ok(None) | Err(_) => return Err(0),
@@ -635,7 +660,7 @@ fn next_command(
     if !discard_pending_signals(spawner) {
         return Err(0);
     }
-    match (decode(&body), <[OwnedFd; 4]>::try_from(fds)) {
+    match (decode(&body), <[OwnedFd; 3]>::try_from(fds)) {
         (Ok(command), Ok(fds)) => Ok((command, fds)),
         _ => Err(1),
     }
@@ -681,28 +706,30 @@ fn touch_stack() {
     std::hint::black_box(&mut [0u8; STACK_AHEAD]);
 }
 
-/// Sends `header` with `fds` (at most four) in `SCM_RIGHTS`; answers how many bytes of the header were taken.
-fn send_with_fds(socket: &UnixStream, header: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+/// Sends `parts` with `fds` (at most four) in `SCM_RIGHTS`, in one call; answers how many bytes were taken.
+fn send_with_fds(
+    socket: &UnixStream,
+    parts: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("no room for the descriptors"));
     }
-    Ok(sendmsg(
-        socket,
-        &[IoSlice::new(header)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?)
+    Ok(sendmsg(socket, parts, &mut control, SendFlags::NOSIGNAL)?)
 }
 
-/// Sends one request (header, descriptors, body) on a supervisor's `socket`.
-fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 4]) -> io::Result<()> {
+/// Sends one request (header, descriptors, body) on a supervisor's `socket`: in one call when it fits, so that
+/// the supervisor wakes once, to a whole request (sent as a header, then the body, it woke to the header,
+/// preempting the engine's thread, and slept again until the body came).
+fn send_request(socket: &UnixStream, body: &[u8], fds: [BorrowedFd<'_>; 3]) -> io::Result<()> {
     let header = (body.len() as u32).to_le_bytes();
-    if send_with_fds(socket, &header, &fds)? != header.len() {
+    let sent = send_with_fds(socket, &[IoSlice::new(&header), IoSlice::new(body)], &fds)?;
+    if sent < header.len() {
         return Err(io::Error::other("a header was taken in part"));
     }
-    let mut written = 0;
+    let mut written = sent - header.len();
     while written < body.len() {
         written += rustix::net::send(socket, &body[written..], SendFlags::NOSIGNAL)?;
     }
@@ -762,12 +789,11 @@ fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`], and how
-/// it ended is written to the status pipe, whose write end is answered. The supervisor's own stdin, stdout and
-/// stderr point at `/dev/null` again afterwards, whatever happened: it holds none of the command's.
-fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 4]) -> File {
-    let [stdin, stdout, stderr, status] = fds;
-    let status = File::from(status);
+/// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`]; how it
+/// ended. The supervisor's own stdin, stdout and stderr point at `/dev/null` again afterwards, whatever
+/// happened: it holds none of the command's.
+fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 3]) -> Ending {
+    let [stdin, stdout, stderr] = fds;
     // SAFETY: setpgid and dup2 on descriptors this process owns; 0 (the socket) is replaced, so the command
     // never holds the spawner's socket.
     let in_place = unsafe {
@@ -783,7 +809,7 @@ fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 4])
             })
     };
     drop((stdin, stdout, stderr));
-    let ending = match in_place.and_then(|()| supervisor::supervise(spawner, command)) {
+    match in_place.and_then(|()| supervisor::supervise(spawner, command)) {
         Ok(ending) => ending,
         Err(error) => {
             let _ = writeln!(
@@ -796,21 +822,13 @@ fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 4])
             supervisor::release_stdio();
             Ending::NotStarted
         }
-    };
-    let (kind, value): (u8, u32) = match ending {
-        Ending::Exited(code) => (0, code as u32),
-        Ending::Signalled(signal) => (1, signal as u32),
-        Ending::NotStarted => (2, 127),
-    };
-    let mut record = [kind, 0, 0, 0, 0];
-    record[1..].copy_from_slice(&value.to_le_bytes());
-    let _ = (&status).write_all(&record);
-    status
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     #[test]
     fn a_stop_signal_meant_for_the_last_command_is_discarded_when_the_next_comes() -> io::Result<()>
@@ -842,7 +860,7 @@ mod tests {
             libc::sigpending(&mut pending);
             let before = libc::sigismember(&pending, libc::SIGTERM);
             let fd = null.as_fd();
-            let sent = send_request(&engine, &body, [fd, fd, fd, fd]);
+            let sent = send_request(&engine, &body, [fd, fd, fd]);
             let next = sent.map(|()| next_command(&channel, libc::getppid() as u32));
             libc::sigpending(&mut pending);
             let left =
@@ -860,6 +878,54 @@ mod tests {
         assert_eq!(
             next_command(&channel, unsafe { libc::getppid() } as u32).err(),
             Some(0)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_ending_read_back_says_how_the_command_ended_and_whether_the_supervisor_takes_another()
+    -> io::Result<()> {
+        for ending in [
+            Ending::Exited(0),
+            Ending::Exited(3),
+            Ending::Signalled(libc::SIGTERM),
+            Ending::NotStarted,
+        ] {
+            for next in [true, false] {
+                assert_eq!(decode_ending(encode_ending(ending, next)), (ending, next));
+            }
+        }
+        // SAFETY: getpid has no preconditions.
+        let pidfd = pidfd_of(unsafe { libc::getpid() })?;
+        let (engine, supervisor_end) = UnixStream::pair()?;
+        let busy = Supervisor {
+            pid: 0,
+            pidfd,
+            channel: engine,
+            free: std::cell::Cell::new(false),
+        };
+        // Still running its command: not free, and not gone.
+        assert_eq!(busy.heard_free(), Some(false));
+        (&supervisor_end).write_all(&encode_ending(Ending::Exited(0), true))?;
+        assert_eq!(busy.heard_free(), Some(true));
+        assert!(busy.free.get());
+        // One that said it takes no other command is gone, as is one whose channel closed.
+        busy.free.set(false);
+        (&supervisor_end).write_all(&encode_ending(Ending::Exited(0), false))?;
+        assert_eq!(busy.heard_free(), None);
+        drop(supervisor_end);
+        assert_eq!(busy.heard_free(), None);
+        // The engine waiting on a command reads the same record, and a closed channel as a killed supervisor.
+        let (engine, supervisor_end) = UnixStream::pair()?;
+        (&supervisor_end).write_all(&encode_ending(Ending::Signalled(libc::SIGINT), true))?;
+        assert_eq!(
+            read_ending(&engine)?,
+            (Ending::Signalled(libc::SIGINT), true)
+        );
+        drop(supervisor_end);
+        assert_eq!(
+            read_ending(&engine)?,
+            (Ending::Signalled(libc::SIGKILL), false)
         );
         Ok(())
     }
