@@ -35,7 +35,7 @@
 //! that closes before that means the supervisor was killed. A status pipe per command, and a byte saying the
 //! supervisor was free, cost a `pipe2`, three `close`s and a `recv` a node.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -69,11 +69,11 @@ const REAP_EVERY: Duration = Duration::from_millis(500);
 pub(crate) struct Request<'a> {
     pub program: &'a OsStr,
     pub args: &'a [String],
-    pub env: &'a [(OsString, OsString)],
+    pub env: &'a [(&'a OsStr, &'a OsStr)],
     pub cwd: &'a Path,
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+    pub stdin: BorrowedFd<'a>,
+    pub stdout: BorrowedFd<'a>,
+    pub stderr: BorrowedFd<'a>,
 }
 
 /// A command a supervisor started: the supervisor, held until the command is let go of, on whose channel the
@@ -347,11 +347,7 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
             }
             None => return Err(io::Error::other("no supervisor took the command")),
         };
-        let fds = [
-            request.stdin.as_fd(),
-            request.stdout.as_fd(),
-            request.stderr.as_fd(),
-        ];
+        let fds = [request.stdin, request.stdout, request.stderr];
         if send_request(&supervisor.channel, &body, fds).is_ok() {
             supervisor.free.set(false);
             return Ok(Supervised {
@@ -368,33 +364,33 @@ pub(crate) fn start(binary: &Path, request: Request<'_>) -> io::Result<Supervise
 
 /// Appends a string of the request; one with a NUL inside is refused here, with the reason, as no command could
 /// be given it.
-fn put_bytes(body: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
-    if bytes.contains(&0) {
+fn put_bytes(body: &mut Vec<u8>, parts: &[&[u8]]) -> io::Result<()> {
+    if parts.iter().any(|part| part.contains(&0)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a NUL byte in a program name, argument, environment variable or directory",
         ));
     }
-    let length = u32::try_from(bytes.len()).map_err(|_| io::Error::other("a field is too long"))?;
+    let length = u32::try_from(parts.iter().map(|part| part.len()).sum::<usize>())
+        .map_err(|_| io::Error::other("a field is too long"))?;
     body.extend_from_slice(&length.to_le_bytes());
-    body.extend_from_slice(bytes);
+    for part in parts {
+        body.extend_from_slice(part);
+    }
     Ok(())
 }
 
 fn encode(request: &Request<'_>) -> io::Result<Vec<u8>> {
-    let mut body = Vec::new();
-    put_bytes(&mut body, request.program.as_bytes())?;
-    put_bytes(&mut body, request.cwd.as_os_str().as_bytes())?;
+    let mut body = Vec::with_capacity(4096);
+    put_bytes(&mut body, &[request.program.as_bytes()])?;
+    put_bytes(&mut body, &[request.cwd.as_os_str().as_bytes()])?;
     body.extend_from_slice(&(request.args.len() as u32).to_le_bytes());
     for arg in request.args {
-        put_bytes(&mut body, arg.as_bytes())?;
+        put_bytes(&mut body, &[arg.as_bytes()])?;
     }
     body.extend_from_slice(&(request.env.len() as u32).to_le_bytes());
     for (key, value) in request.env {
-        let mut pair = key.as_bytes().to_vec();
-        pair.push(b'=');
-        pair.extend_from_slice(value.as_bytes());
-        put_bytes(&mut body, &pair)?;
+        put_bytes(&mut body, &[key.as_bytes(), b"=", value.as_bytes()])?;
     }
     if body.len() > MAX_REQUEST as usize {
         return Err(io::Error::other(
@@ -841,9 +837,9 @@ mod tests {
             args: &args,
             env: &[],
             cwd: Path::new("/"),
-            stdin: null.try_clone()?.into(),
-            stdout: null.try_clone()?.into(),
-            stderr: null.try_clone()?.into(),
+            stdin: null.as_fd(),
+            stdout: null.as_fd(),
+            stderr: null.as_fd(),
         })?;
         // Blocked in this thread as a supervisor blocks them, then sent to this thread alone (a signal sent to
         // the test process could be taken by another of its threads, whose default is to end the process):
@@ -932,17 +928,17 @@ mod tests {
 
     #[test]
     fn a_request_decodes_to_what_was_encoded_and_garbage_is_refused() -> io::Result<()> {
-        let env = vec![(OsString::from("A"), OsString::from("b=c"))];
+        let env = [(OsStr::new("A"), OsStr::new("b=c"))];
         let args = vec!["-c".to_owned(), "echo é".to_owned()];
-        let null = || File::open("/dev/null").map(OwnedFd::from);
+        let null = File::open("/dev/null")?;
         let request = Request {
             program: OsStr::new("/bin/sh"),
             args: &args,
             env: &env,
             cwd: Path::new("/tmp"),
-            stdin: null()?,
-            stdout: null()?,
-            stderr: null()?,
+            stdin: null.as_fd(),
+            stdout: null.as_fd(),
+            stderr: null.as_fd(),
         };
         let body = encode(&request)?;
         let command = decode(&body).map_err(io::Error::other)?;
@@ -976,9 +972,6 @@ mod tests {
         let args = vec!["-c".to_owned(), "true\0".to_owned()];
         let refused = encode(&Request {
             args: &args,
-            stdin: null()?,
-            stdout: null()?,
-            stderr: null()?,
             ..request
         });
         assert_eq!(
