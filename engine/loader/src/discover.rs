@@ -78,7 +78,8 @@ fn inspect(root: &Path, path: PathBuf) -> Option<PipelineEntry> {
         problems: None,
     };
     // The file alone first: a node set is skipped, a broken file is listed. The tree parsed here is the one
-    // merged over its bases: parsing a 10 000-node file is most of what discovering it costs.
+    // merged over its bases, and the one a load of this file on this thread takes: parsing a 10 000-node file
+    // is most of what discovering it costs.
     let parsed = loader
         .src
         .read(&path)
@@ -88,7 +89,7 @@ fn inspect(root: &Path, path: PathBuf) -> Option<PipelineEntry> {
                 path.display()
             )))
         })
-        .and_then(|file| Ok((file, loader.src.parse(file)?)));
+        .and_then(|file| Ok((file, loader.src.parse_and_keep(file)?)));
     let (file, own) = match parsed {
         Ok(parsed) => parsed,
         Err(diagnostic) => {
@@ -146,5 +147,59 @@ mod tests {
         assert_eq!(found[0].description.as_deref(), Some("the demo"));
         assert_eq!(found[0].targets, ["all"]);
         assert_eq!(PARSES.with(std::cell::Cell::get), 1);
+    }
+
+    /// Loading a pipeline just discovered takes the tree the discovery parsed, and only while the file is as
+    /// it was: a file changed in between is parsed again.
+    #[test]
+    fn a_load_after_a_discovery_parses_the_file_no_more() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let pipelines = dir.path().join("pipelines");
+        std::fs::create_dir_all(&pipelines).expect("pipelines directory");
+        let text = "pipeline: demo\nnodes:\n  gen:\n    kind: command\n    run: 'echo {x}'\n";
+        std::fs::write(pipelines.join("other.yaml"), "pipeline: other\nnodes: {}\n")
+            .expect("pipeline file");
+        std::fs::write(pipelines.join("demo.yaml"), text).expect("pipeline file");
+        let load = |path: &std::path::Path| {
+            let opts = LoadOptions {
+                root: dir.path().to_path_buf(),
+                ..LoadOptions::default()
+            };
+            crate::load(path, &opts, &crate::NoKinds)
+        };
+        PARSES.with(|parses| parses.set(0));
+        let found = discover(dir.path());
+        let demo = found.iter().find(|e| e.name == "demo").expect("demo found");
+        assert_eq!(PARSES.with(std::cell::Cell::get), 2, "one parse a file");
+        // The tree kept is the file's, positions and all: an error points where a fresh parse would.
+        let problems = load(&demo.path).expect_err("`{x}` names no param");
+        assert_eq!(
+            PARSES.with(std::cell::Cell::get),
+            2,
+            "the load parsed again"
+        );
+        let shown = problems.to_string();
+        assert!(shown.contains("demo.yaml:5:"), "{shown}");
+        // Changed after the discovery: parsed again, the change seen. (The other file changes too, so that
+        // the discovery is not taken from its memo.)
+        std::fs::write(
+            pipelines.join("other.yaml"),
+            "pipeline: other\nnodes: {}\n# new\n",
+        )
+        .expect("pipeline file");
+        PARSES.with(|parses| parses.set(0));
+        let found = discover(dir.path());
+        let demo = found.iter().find(|e| e.name == "demo").expect("demo found");
+        std::fs::write(&demo.path, text.replace("{x}", "hi")).expect("pipeline file");
+        let problems = load(&demo.path).map_or_else(|p| p.to_string(), |_| String::new());
+        assert!(
+            !problems.contains("`x`"),
+            "the old text was loaded: {problems}"
+        );
+        assert_eq!(
+            PARSES.with(std::cell::Cell::get),
+            3,
+            "the changed file was not parsed"
+        );
     }
 }

@@ -184,12 +184,17 @@ pub struct Loaded {
 /// has the same content, every `inputs:` pattern names the same files, the options and the kinds are the
 /// same, this is the same `fracflow` binary, and every kind still accepts every node (`memo.rs`).
 pub fn load(entry: &Path, opts: &LoadOptions, kinds: &dyn Kinds) -> Result<Loaded, Diagnostics> {
-    if let Some(loaded) = memo::recall(entry, opts, kinds) {
-        return Ok(loaded);
-    }
-    let loaded = load::load(entry, opts, kinds)?;
-    memo::remember(entry, opts, kinds, &loaded);
-    Ok(loaded)
+    let loaded = memo::recall(entry, opts, kinds).map_or_else(
+        || {
+            let loaded = load::load(entry, opts, kinds)?;
+            memo::remember(entry, opts, kinds, &loaded);
+            Ok(loaded)
+        },
+        Ok,
+    );
+    // The trees a discovery kept for this load: what the load did not take is not needed any more.
+    source::forget_discovered();
+    loaded
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ impl<'o> Loader<'o> {
                 return None;
             }
         };
-        let tree = match self.src.parse(file) {
+        let tree = match self.src.parse_or_take(file) {
             Ok(tree) => tree,
             Err(diagnostic) => {
                 let loc = Loc {

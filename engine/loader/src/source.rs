@@ -28,6 +28,30 @@ thread_local! {
     pub(crate) static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// A file's tree as a discovery on this thread parsed it, for the load that follows.
+struct Discovered {
+    path: PathBuf,
+    text: String,
+    file: u32,
+    tree: Node,
+}
+
+/// The most text whose trees a discovery keeps for a load: trees are tens of times their text, and a
+/// project's other pipelines are kept only until the load ends.
+const KEPT_TEXT_BYTES: usize = 32 << 20;
+
+thread_local! {
+    /// Discovering the project's pipelines parses each file, and loading the one asked for parsed it again: a
+    /// 3 000-node file's parse takes about 20 ms, a third of a first run's start. A load takes its file's tree
+    /// from here (same path, same text) and drops the rest once it is done ([`forget_discovered`]).
+    static DISCOVERED: std::cell::RefCell<Vec<Discovered>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Drops the trees discovery kept on this thread.
+pub(crate) fn forget_discovered() {
+    DISCOVERED.with_borrow_mut(Vec::clear);
+}
+
 /// Every file read by one load, addressed by the `file` number of a [`Loc`].
 #[derive(Debug)]
 pub(crate) struct Sources {
@@ -118,6 +142,53 @@ impl Sources {
             format!("{shown}:{}:{}", loc.line, loc.col)
         } else {
             shown.to_string()
+        }
+    }
+
+    /// Parses file `file` as [`Sources::parse`] does, and keeps a copy of the tree for a load of the same file
+    /// later on this thread ([`Sources::parse_or_take`]).
+    pub fn parse_and_keep(&self, file: u32) -> Result<Node, Box<Diagnostic>> {
+        let tree = self.parse(file)?;
+        if let Some(source) = self.files.get(file as usize) {
+            DISCOVERED.with_borrow_mut(|kept| {
+                let held: usize = kept.iter().map(|d| d.text.len()).sum();
+                if held + source.text.len() <= KEPT_TEXT_BYTES {
+                    kept.push(Discovered {
+                        path: source.path.clone(),
+                        text: source.text.clone(),
+                        file,
+                        tree: tree.clone(),
+                    });
+                }
+            });
+        }
+        Ok(tree)
+    }
+
+    /// The tree of file `file`: the one a discovery on this thread kept of the same path and text, taken and
+    /// given this file's number, or else parsed.
+    pub fn parse_or_take(&self, file: u32) -> Result<Node, Box<Diagnostic>> {
+        let Some(source) = self.files.get(file as usize) else {
+            return self.parse(file);
+        };
+        let kept = DISCOVERED.with_borrow_mut(|kept| {
+            let at = kept
+                .iter()
+                .position(|d| d.path == source.path && d.text == source.text)?;
+            Some(kept.swap_remove(at))
+        });
+        match kept {
+            Some(Discovered {
+                file: parsed_as,
+                mut tree,
+                ..
+            }) => {
+                if parsed_as != file {
+                    tree.renumber_file(file);
+                }
+                Ok(tree)
+            }
+            None => self.parse(file),
         }
     }
 

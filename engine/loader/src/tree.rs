@@ -51,6 +51,19 @@ impl Node {
         }
     }
 
+    /// Gives every position of this tree file number `file` (a tree parsed from one file names only it).
+    pub fn renumber_file(&mut self, file: u32) {
+        self.loc.file = file;
+        match &mut self.val {
+            Val::Seq(items) => items.iter_mut().for_each(|item| item.renumber_file(file)),
+            Val::Map(entries) => entries.iter_mut().for_each(|(key, value)| {
+                key.renumber_file(file);
+                value.renumber_file(file);
+            }),
+            Val::Null | Val::Bool(_) | Val::Int(_) | Val::Float(_) | Val::Str(_) => {}
+        }
+    }
+
     pub fn as_str(&self) -> Option<&str> {
         match &self.val {
             Val::Str(s) => Some(s),
