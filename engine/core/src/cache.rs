@@ -167,6 +167,10 @@ pub struct Cache {
     files: Files,
     /// Emptied staging directories of committed nodes, handed to the next nodes (see [`Cache::staging_dir`]).
     staging_pool: Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// The shard directories of `blobs/` and `entries/` a commit found or made: each commit names a blob's and
+    /// an entry's, and making sure of them again cost two `statx` of their absolute paths a node. Directories
+    /// leave the store only by `cache gc`, which never removes a shard.
+    shards_made: Arc<std::sync::Mutex<foldhash::HashSet<PathBuf>>>,
     /// Each node's newest key and recent durations (see `pointers`).
     pointers: Arc<Pointers>,
     /// Whether one `syncfs` of the cache's filesystem is as durable as syncing each file and directory (see
@@ -265,6 +269,7 @@ impl Cache {
             pointers: Arc::new(Pointers::new(root.join("nodes"), files.clone())),
             files,
             staging_pool: Arc::default(),
+            shards_made: Arc::default(),
         })
     }
 
@@ -1099,10 +1104,16 @@ impl Cache {
     /// Creates `dir` and its missing parents, each made durable in its parent at once unless the whole
     /// filesystem is synced next.
     fn create_store_dir(&self, dir: &Path, durability: Durability) -> io::Result<()> {
-        match durability {
-            Durability::EachFile => self.files.create_dir_all_durable(dir),
-            Durability::Filesystem => self.files.create_dir_all(dir),
+        let made = || self.shards_made.lock().unwrap_or_else(|e| e.into_inner());
+        if made().contains(dir) {
+            return Ok(());
         }
+        match durability {
+            Durability::EachFile => self.files.create_dir_all_durable(dir)?,
+            Durability::Filesystem => self.files.create_dir_all(dir)?,
+        }
+        made().insert(dir.to_owned());
+        Ok(())
     }
 
     /// Syncs `file`'s data, unless the whole filesystem is synced next.
