@@ -36,6 +36,7 @@
 //! supervisor was free, cost a `pipe2`, three `close`s and a `recv` a node.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -603,9 +604,9 @@ fn answer(socket: &UnixStream, handed: Result<Supervisor, String>) -> io::Result
 /// copy-on-write). It writes the stack it will run on while it waits, so that the supervision takes no fault
 /// there once a request came.
 fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
-    // SAFETY: prctl, getppid, open and dup2 on descriptors this process owns. fd 0 is the engine's socket:
-    // a supervisor must not keep the spawner's end open, or an engine would not see a dead spawner's socket
-    // close.
+    // SAFETY: prctl, getppid, setpgid, and open and dup2 on descriptors this process owns. fd 0 is the
+    // engine's socket: a supervisor must not keep the spawner's end open, or an engine would not see a dead
+    // spawner's socket close.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
             || libc::getppid() as u32 != spawner
@@ -617,6 +618,8 @@ fn supervisor_in_child(spawner: u32, channel: UnixStream) -> libc::c_int {
             return 1;
         }
         libc::close(null);
+        // A group of its own, as each of its commands has.
+        libc::setpgid(0, 0);
     }
     touch_stack();
     loop {
@@ -785,37 +788,22 @@ fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// One command under supervision: its descriptors in place, it runs under [`supervisor::supervise`]; how it
-/// ended. The supervisor's own stdin, stdout and stderr point at `/dev/null` again afterwards, whatever
-/// happened: it holds none of the command's.
-fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 3]) -> Ending {
-    let [stdin, stdout, stderr] = fds;
-    // SAFETY: setpgid and dup2 on descriptors this process owns; 0 (the socket) is replaced, so the command
-    // never holds the spawner's socket.
-    let in_place = unsafe {
-        libc::setpgid(0, 0);
-        [(&stdin, 0), (&stdout, 1), (&stderr, 2)]
-            .iter()
-            .try_for_each(|(fd, target)| {
-                if libc::dup2(fd.as_raw_fd(), *target) < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(())
-                }
-            })
-    };
-    drop((stdin, stdout, stderr));
-    match in_place.and_then(|()| supervisor::supervise(spawner, command)) {
+/// One command under supervision, with `stdio` as its stdin, stdout and stderr; how it ended. When it could not
+/// be started, the reason goes to its stderr. The supervisor's own stdin, stdout and stderr stay `/dev/null`
+/// throughout: the command's are put in place by its child before the exec (duplicated into the supervisor's
+/// own and back to `/dev/null` after the start, they cost eight system calls a command).
+fn supervise_one(spawner: u32, command: &supervisor::Program, stdio: [OwnedFd; 3]) -> Ending {
+    let mut stdio = Some(stdio);
+    match supervisor::supervise(spawner, command, &mut stdio) {
         Ok(ending) => ending,
         Err(error) => {
-            let _ = writeln!(
-                io::stderr(),
-                "error: cannot run {}\ncaused by: {error}",
-                command.program().to_string_lossy()
-            );
-            // A supervision that ran released them once the command held its copies; one that failed holds
-            // them still.
-            supervisor::release_stdio();
+            if let Some([_, _, stderr]) = stdio {
+                let _ = writeln!(
+                    File::from(stderr),
+                    "error: cannot run {}\ncaused by: {error}",
+                    command.program().to_string_lossy()
+                );
+            }
             Ending::NotStarted
         }
     }
@@ -824,7 +812,6 @@ fn supervise_one(spawner: u32, command: &supervisor::Program, fds: [OwnedFd; 3])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
 
     #[test]
     fn a_stop_signal_meant_for_the_last_command_is_discarded_when_the_next_comes() -> io::Result<()>

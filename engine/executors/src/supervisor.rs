@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
@@ -156,21 +157,22 @@ pub enum Ended {
     NotStarted,
 }
 
-/// Runs `command` under supervision until it ends, or until [`STOP_ALL`] or the death of `expected_parent`
-/// (then its tree is killed and it counts as killed by SIGKILL). An error means the supervision could not be
-/// set up or the program could not be started; on success the supervisor's own stdin, stdout and stderr were
-/// pointed at `/dev/null` once the command started ([`release_stdio`]).
-pub fn supervise(expected_parent: u32, command: &Program) -> io::Result<Ended> {
+/// Runs `command` under supervision, with `stdio` as its stdin, stdout and stderr, until it ends, or until
+/// [`STOP_ALL`] or the death of `expected_parent` (then its tree is killed and it counts as killed by SIGKILL).
+/// An error means the supervision could not be set up or the program could not be started; then `stdio` is
+/// left to the caller (to say why on the command's stderr). Once the command started, the supervisor holds no
+/// copy of them: the engine reads a command's stdout until its end, which then comes when the command's tree
+/// closes it rather than when the supervisor exits after reaping (a chain's nodes waited about 90 µs each).
+pub fn supervise(
+    expected_parent: u32,
+    command: &Program,
+    stdio: &mut Option<[OwnedFd; 3]>,
+) -> io::Result<Ended> {
     let watched = watched_signals();
-    // Blocked before anything can send them, so none is lost before the wait loop takes them in order.
-    change_thread_mask(libc::SIG_BLOCK, &watched)?;
+    become_supervisor(&watched)?;
     // SAFETY: plain libc calls with no pointers; no memory is shared with other threads (there are none).
     unsafe {
-        // SIGCHLD must not be ignored, or children would be reaped by the kernel and their status lost.
-        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, STOP_ALL, 0, 0, 0) != 0
-        {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, STOP_ALL, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
         // The parent may have died between starting us and the prctl above: then we were re-parented.
@@ -180,8 +182,13 @@ pub fn supervise(expected_parent: u32, command: &Program) -> io::Result<Ended> {
             ));
         }
     }
-    let child = start(command)?;
-    release_stdio();
+    let Some(descriptors) = stdio.as_ref() else {
+        return Err(io::Error::other(
+            "no stdin, stdout and stderr for the command",
+        ));
+    };
+    let child = start(command, descriptors.each_ref().map(AsRawFd::as_raw_fd))?;
+    *stdio = None;
     let mut ended: Option<libc::c_int> = None;
     loop {
         // SAFETY: sigtimedwait writes only into `info`, which lives on this stack frame.
@@ -221,33 +228,42 @@ pub(crate) fn watched_signals() -> libc::sigset_t {
     signal_set(&[&FORWARDED[..], &[STOP_ALL, libc::SIGCHLD]].concat())
 }
 
-/// Points the supervisor's own stdin, stdout and stderr at `/dev/null` once the command holds its copies: the
-/// engine reads the command's stdout until its end, which then comes when the command's tree closes it
-/// rather than when the supervisor exits after reaping (a chain's nodes waited about 90 µs each for that).
-/// Nothing is written to them after the command started. Without `/dev/null` they stay as they are.
-pub(crate) fn release_stdio() {
-    // SAFETY: open, dup2 and close on descriptors this process owns; 0, 1 and 2 stay valid throughout.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null < 0 {
-            return;
-        }
-        for target in 0..3 {
-            libc::dup2(null, target);
-        }
-        if null > 2 {
-            libc::close(null);
-        }
-    }
+thread_local! {
+    /// Whether this thread has made itself a supervisor ([`become_supervisor`]).
+    static SUPERVISING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Starts `command` in a process group of its own with no signal blocked and SIGPIPE at its default, in a child
-/// that shares this process's memory until it execs ([`spawn`]). Exec errors come back from the call itself.
-fn start(command: &Program) -> io::Result<libc::pid_t> {
+/// What stays true for every command a supervisor serves, done for the first: the watched signals blocked in
+/// this thread, before anything can send them, so none is lost before the wait loop takes them in order;
+/// SIGCHLD at its default, since ignored children would be reaped by the kernel and their status lost; and a
+/// child subreaper. Done again for each command, this was three system calls of the 36 a command cost.
+fn become_supervisor(watched: &libc::sigset_t) -> io::Result<()> {
+    if SUPERVISING.get() {
+        return Ok(());
+    }
+    change_thread_mask(libc::SIG_BLOCK, watched)?;
+    // SAFETY: plain libc calls with no pointers.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    SUPERVISING.set(true);
+    Ok(())
+}
+
+/// Starts `command` in a process group of its own with no signal blocked, SIGPIPE at its default and `stdio`
+/// (descriptors above 2, or 0, 1 and 2 in their own places) as its stdin, stdout and stderr, in a child that
+/// shares this process's memory until it execs ([`spawn`]). Exec errors come back from the call itself.
+fn start(command: &Program, stdio: [RawFd; 3]) -> io::Result<libc::pid_t> {
     let executable = find_executable(command)?;
     let argv = command.argv();
     let envp = command.envp();
-    match spawn(&executable, &argv, &envp, command.cwd()) {
+    let spawn = |executable: &CStr, argv: &[*const libc::c_char]| {
+        spawn(executable, argv, &envp, command.cwd(), stdio)
+    };
+    match spawn(&executable, &argv) {
         // A file without `#!` that the kernel cannot run: `execvp` hands it to the shell, and so do we.
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
             let shell = c"/bin/sh";
@@ -255,7 +271,7 @@ fn start(command: &Program) -> io::Result<libc::pid_t> {
                 .into_iter()
                 .chain(argv.into_iter().skip(1))
                 .collect();
-            spawn(shell, &with_shell, &envp, command.cwd())
+            spawn(shell, &with_shell)
         }
         other => other,
     }
@@ -269,6 +285,8 @@ const CHILD_STACK_BYTES: usize = 64 * 1024;
 /// else.
 struct ChildSetup {
     executable: *const libc::c_char,
+    /// Put in place as the command's descriptors 0, 1 and 2, where the supervisor's own stay as they are.
+    stdio: [RawFd; 3],
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
@@ -291,9 +309,11 @@ fn spawn(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     cwd: &CStr,
+    stdio: [RawFd; 3],
 ) -> io::Result<libc::pid_t> {
     let mut setup = ChildSetup {
         executable: executable.as_ptr(),
+        stdio,
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: cwd.as_ptr(),
@@ -354,7 +374,18 @@ extern "C" fn start_child(setup: *mut libc::c_void) -> libc::c_int {
     // SAFETY: plain libc calls on the NUL-terminated strings and arrays `spawn` prepared; errno is the
     // parent thread's (shared memory), read here before anything else can change it.
     unsafe {
-        let ok = libc::setpgid(0, 0) == 0
+        // A descriptor above 2 is copied into place without its close-on-exec flag; one already in place
+        // has the flag cleared.
+        let in_place = (0..3).all(|target| {
+            let fd = setup.stdio[target as usize];
+            if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(fd, target) == target
+            }
+        });
+        let ok = in_place
+            && libc::setpgid(0, 0) == 0
             && libc::chdir(setup.cwd) == 0
             && libc::signal(libc::SIGPIPE, libc::SIG_DFL) != libc::SIG_ERR
             && libc::sigprocmask(libc::SIG_SETMASK, &setup.unblocked, std::ptr::null_mut()) == 0;
@@ -544,7 +575,7 @@ mod tests {
         for (name, value) in env {
             command.var(format!("{name}={value}").as_bytes())?;
         }
-        let pid = start(&command)?;
+        let pid = start(&command, [0, 1, 2])?;
         let mut status = 0;
         // SAFETY: waitpid writes only `status`.
         if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
@@ -590,6 +621,34 @@ mod tests {
                     .to_owned()
             ))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_command_gets_the_descriptors_it_is_given_as_its_stdin_stdout_and_stderr() -> io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("in"), "given\n")?;
+        // Opened as the engine's are, close-on-exec: the child puts them in place without the flag.
+        let stdin = std::fs::File::open(dir.path().join("in"))?;
+        let stdout = std::fs::File::create(dir.path().join("out"))?;
+        let stderr = std::fs::File::create(dir.path().join("err"))?;
+        let mut command = Program::new(b"/bin/sh", dir.path().as_os_str().as_bytes(), 0)?;
+        command.arg(b"-c")?;
+        command.arg(b"cat; echo out; echo err >&2")?;
+        let pid = start(
+            &command,
+            [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+        )?;
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+            return Err(io::Error::last_os_error());
+        }
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name));
+        assert_eq!(read("out")?, "given\nout\n");
+        assert_eq!(read("err")?, "err\n");
         Ok(())
     }
 
