@@ -358,12 +358,12 @@ impl Running {
 fn wait_either(child: &Child, out: &File, limit: Duration) -> io::Result<Option<Ending>> {
     match child {
         Child::Supervised(supervised) => {
-            let status = supervised.status_fd();
-            // SAFETY: the supervised child owns its status pipe for longer than this call.
-            let status = unsafe { std::os::fd::BorrowedFd::borrow_raw(status) };
+            let Some(ending) = supervised.ending_fd() else {
+                return child.wait_timeout(limit);
+            };
             let mut fds = [
                 rustix::event::PollFd::new(out, rustix::event::PollFlags::IN),
-                rustix::event::PollFd::new(&status, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&ending, rustix::event::PollFlags::IN),
             ];
             let timeout = spawner::poll_limit(limit);
             match rustix::event::poll(&mut fds, Some(&timeout)) {

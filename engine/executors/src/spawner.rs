@@ -39,7 +39,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -118,11 +118,12 @@ impl Supervised {
         Ok(self.ended.get())
     }
 
-    /// Where the ending comes, for a caller that polls it beside other descriptors.
-    pub fn status_fd(&self) -> RawFd {
+    /// Where the ending comes (the supervisor's socket), for a caller that polls it beside other descriptors;
+    /// `None` only once this is being dropped.
+    pub fn ending_fd(&self) -> Option<BorrowedFd<'_>> {
         self.supervisor
             .as_ref()
-            .map_or(-1, |supervisor| supervisor.channel.as_raw_fd())
+            .map(|supervisor| supervisor.channel.as_fd())
     }
 }
 
