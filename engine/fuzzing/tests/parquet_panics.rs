@@ -29,6 +29,8 @@ fn a_panic_inside_parquet_unwinds_to_the_guard_and_any_other_reaches_the_fuzzers
         "parquet no longer panics on the input; pick one it panics on"
     );
     fracflow_fuzzing::samples_parquet(&input);
+    // The target made the process's scratch project; nothing else here needs it.
+    fracflow_fuzzing::remove_scratch();
     assert_eq!(REACHED_THE_FUZZERS_HOOK.load(Ordering::SeqCst), 0);
 
     let outside_parquet = catch_unwind(AssertUnwindSafe(|| panic!("an invariant of the target")));
