@@ -36,14 +36,15 @@ struct Discovered {
     tree: Node,
 }
 
-/// The most text whose trees a discovery keeps for a load: trees are tens of times their text, and a
-/// project's other pipelines are kept only until the load ends.
+/// The most text whose trees a discovery keeps for a load: a tree takes about ten times its text (two nodes of
+/// about 48 bytes, and their strings, for a `key: value` line of a dozen bytes), and a project's other
+/// pipelines are kept only until the load ends.
 const KEPT_TEXT_BYTES: usize = 32 << 20;
 
 thread_local! {
     /// Discovering the project's pipelines parses each file, and loading the one asked for parsed it again: a
-    /// 3 000-node file's parse takes about 20 ms, a third of a first run's start. A load takes its file's tree
-    /// from here (same path, same text) and drops the rest once it is done ([`forget_discovered`]).
+    /// 3 000-node file's parse takes about 20 ms, a fifth to a third of a first run's start. A load takes its
+    /// file's tree from here (same path, same text) and drops the rest once it is done ([`forget_discovered`]).
     static DISCOVERED: std::cell::RefCell<Vec<Discovered>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
