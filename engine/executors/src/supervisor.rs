@@ -47,10 +47,11 @@ pub struct Program {
 }
 
 impl Program {
-    /// `program` in `cwd`, with no argument or variable yet; `room` is the bytes the rest will take, a hint.
-    pub fn new(program: &[u8], cwd: &[u8], room: usize) -> io::Result<Program> {
+    /// `program` in `cwd`, with no argument or variable yet; `capacity` is the bytes all its strings will take,
+    /// a hint.
+    pub fn new(program: &[u8], cwd: &[u8], capacity: usize) -> io::Result<Program> {
         let mut command = Program {
-            strings: Vec::with_capacity(program.len() + cwd.len() + room + 2),
+            strings: Vec::with_capacity(capacity),
             args: Vec::new(),
             env: Vec::new(),
             cwd: 0,
@@ -260,10 +261,10 @@ fn start(command: &Program, stdio: [RawFd; 3]) -> io::Result<libc::pid_t> {
     let executable = find_executable(command)?;
     let argv = command.argv();
     let envp = command.envp();
-    let spawn = |executable: &CStr, argv: &[*const libc::c_char]| {
+    let run = |executable: &CStr, argv: &[*const libc::c_char]| {
         spawn(executable, argv, &envp, command.cwd(), stdio)
     };
-    match spawn(&executable, &argv) {
+    match run(&executable, &argv) {
         // A file without `#!` that the kernel cannot run: `execvp` hands it to the shell, and so do we.
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
             let shell = c"/bin/sh";
@@ -271,7 +272,7 @@ fn start(command: &Program, stdio: [RawFd; 3]) -> io::Result<libc::pid_t> {
                 .into_iter()
                 .chain(argv.into_iter().skip(1))
                 .collect();
-            spawn(shell, &with_shell)
+            run(shell, &with_shell)
         }
         other => other,
     }
